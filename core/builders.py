@@ -1,0 +1,64 @@
+"""Pure draft-tree builders: (logq [L, K], tokens [L, K], budget) -> DraftTree.
+
+Inputs are the drafter's per-position top-K log-probabilities (sorted, descending) and token ids on the CPU; no
+model, device or timer is touched, so every builder is testable with hand-written numbers.
+- `build_chain`: vanilla DFlash, the argmax token at every depth.
+- `build_ddtree`: DDTree's Algorithm 1, a best-first heap over rank tuples with next-sibling and first-child
+  successors. It pops prefixes in non-increasing q(u) = prod_i q_i(u_i), so the first B pops are the exact top-B
+  prefixes (Proposition 2), always a valid tree, in O(B log B).
+Ties are broken by the lexicographically smaller rank tuple, as the official code does.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from core.tree import DraftTree
+
+
+def build_chain(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int) -> DraftTree:
+    """The argmax path, min(budget, L) deep."""
+    depth = max(0, min(budget, logq.shape[0]))
+    prefix = np.concatenate([[0.0], np.cumsum(logq[:depth, 0].astype(np.float64))]).tolist()
+    return DraftTree(tokens=[bonus] + tokens[:depth, 0].tolist(), parents=list(range(-1, depth)),
+                     depths=list(range(depth + 1)), ranks=[-1] + [0] * depth,
+                     logq=[0.0] + logq[:depth, 0].astype(np.float64).tolist(), prefix_logq=prefix, score=prefix)
+
+
+def build_ddtree(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int) -> DraftTree:
+    """The top-`budget` prefixes by q(u), in pop order (so any prefix of the node list is the smaller tree)."""
+    n_pos, k = logq.shape
+    lq = logq.astype(np.float64).tolist()   # Python floats: the score of a node is its parent's plus one term
+    tok = tokens.tolist()
+    out = DraftTree([bonus], [-1], [0], [-1], [0.0], [0.0], [0.0])
+    if budget <= 0 or n_pos == 0 or k == 0:
+        return out
+    # heap entry: (-score, rank tuple, parent node, parent score); the entry's depth is len(rank tuple)
+    heap = [(-lq[0][0], (0,), 0, 0.0)]
+    while heap and out.size < budget:
+        neg, ranks, parent, parent_score = heapq.heappop(heap)
+        d, r = len(ranks), ranks[-1]
+        node = len(out.tokens)
+        _append(out, tok[d - 1][r], parent, d, r, lq[d - 1][r], -neg, -neg)
+        if r + 1 < k:     # next sibling: same parent, next-ranked token at this depth
+            heapq.heappush(heap, (-(parent_score + lq[d - 1][r + 1]), ranks[:-1] + (r + 1,), parent, parent_score))
+        if d < n_pos:     # first child: this node's best continuation
+            heapq.heappush(heap, (neg - lq[d][0], ranks + (0,), node, -neg))
+    return out
+
+
+def _append(tree: DraftTree, token: int, parent: int, depth: int, rank: int, logq: float, prefix: float,
+            score: float) -> None:
+    # DraftTree is frozen, but its lists are the builder's own until the tree is returned
+    tree.tokens.append(token)
+    tree.parents.append(parent)
+    tree.depths.append(depth)
+    tree.ranks.append(rank)
+    tree.logq.append(logq)
+    tree.prefix_logq.append(prefix)
+    tree.score.append(score)
+
+
+BUILDERS = {"chain": build_chain, "ddtree": build_ddtree}
+NESTED = {"chain", "ddtree", "presto"}   # builders whose budget-b tree is the first b nodes of any larger one

@@ -1,0 +1,40 @@
+"""One DFlash draft step: context features + bonus token -> the drafter's top-K per block position.
+
+The block `[bonus, MASK x (L)]` is embedded with the target's embedding table, run through the drafter once with
+the new context features (those not yet in the drafter cache), and read out through the target's LM head. Only
+the [L, K] candidates cross to the CPU, once, for the tree builders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.dflash import DFlashDrafter, DraftKV
+
+
+@dataclass(frozen=True)
+class BlockDraft:
+    logq: np.ndarray     # [L, K] float32 log q_i of the candidates, descending per row (normalised over V)
+    tokens: np.ndarray   # [L, K] int64 candidate token ids
+    entropy: np.ndarray  # [L] float32 entropy of each q_i (nats), for entropy-adaptive PRESTO
+
+
+def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonus: int, start: int,
+                cache: DraftKV, n_pos: int, k: int) -> BlockDraft:
+    """ctx_features: [C, n_taps*H] for positions start-C .. start-1 (appended to `cache`); n_pos = L drafted."""
+    c = ctx_features.shape[0]
+    assert cache.length + c == start, "drafter cache must end where the new context starts"
+    device = ctx_features.device
+    block = torch.full((1, n_pos + 1), drafter.mask_token_id, dtype=torch.long, device=device)
+    block[0, 0] = bonus
+    noise = F.embedding(block, target.get_input_embeddings().weight) * drafter.input_embedding_scale
+    positions = torch.arange(start - c, start + n_pos + 1, device=device)[None]        # [1, C+L+1]
+    hidden = drafter(ctx_features[None], noise, positions, cache)                      # [1, L+1, H]
+    logits = drafter.logits(hidden[0, 1:], target.get_output_embeddings()).float()     # [L, V]
+    logq = torch.log_softmax(logits, dim=-1)
+    top = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)
+    entropy = torch.special.entr(logq.exp()).sum(-1)
+    return BlockDraft(top.values.cpu().numpy(), top.indices.cpu().numpy(), entropy.cpu().numpy())

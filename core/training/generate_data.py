@@ -1,0 +1,111 @@
+"""Make the drafter's training data with the target itself: chat-templated prompts, the target's own replies.
+
+Usage: python -m core.training.generate_data --out runs/data [--batch-size 16] [--max-new-tokens 512]
+
+Replies are generated as at inference (same chat template), mostly greedy and every `--sample-every`-th batch
+sampled (temperature 0.8), batched in bf16. Output is sharded and resumable: each shard is an .npz of token ids
+(uint16 when the vocabulary fits) with the prompt key, the prompt length and whether the reply was sampled.
+Interrupt at any time; rerunning skips every prompt already in a shard.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from core.training.prompts import is_held_out, training_prompts
+
+
+def chat_ids(tokenizer, text: str) -> list[int]:
+    """The prompt exactly as the engine renders it (chat template, generation prompt, thinking off)."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=True, enable_thinking=False)["input_ids"]
+
+
+def done_keys(out: Path) -> set[str]:
+    keys = set()
+    for f in sorted(out.glob("shard-*.npz")):
+        try:
+            keys.update(np.load(f, allow_pickle=False)["keys"].tolist())
+        except (OSError, ValueError, KeyError):
+            f.unlink()  # a shard cut short by an interruption: regenerate its prompts
+    return keys
+
+
+def write_shard(out: Path, index: int, rows: list[dict], vocab: int) -> None:
+    dtype = np.uint16 if vocab <= 65536 else np.uint32
+    ids = np.concatenate([np.asarray(r["ids"], dtype=dtype) for r in rows])
+    lengths = np.asarray([len(r["ids"]) for r in rows], dtype=np.int64)
+    tmp = out / f".shard-{index:05d}.tmp.npz"
+    np.savez(tmp, ids=ids, lengths=lengths, prompt_lengths=np.asarray([r["prompt_len"] for r in rows]),
+             keys=np.asarray([r["key"] for r in rows]), sampled=np.asarray([r["sampled"] for r in rows]))
+    os.replace(tmp, out / f"shard-{index:05d}.npz")  # atomic: a shard is whole or absent
+
+
+@torch.inference_mode()
+def generate(args) -> None:
+    from core.models import load_target
+
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target, tok = load_target(dtype=args.dtype)
+    tok.padding_side = "left"
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    done = done_keys(out)
+    prompts = [p for p in training_prompts(args.seed) if p.key not in done and not is_held_out(p.key)]
+    if args.limit:
+        prompts = prompts[: max(0, args.limit - len(done))]
+    shard = len(list(out.glob("shard-*.npz")))
+    bar = tqdm(total=len(prompts), desc="prompts", unit="prompt", dynamic_ncols=True)
+    made, t0 = 0, time.time()
+    for b in range(0, len(prompts), args.batch_size * args.batches_per_shard):
+        rows = []
+        chunk = prompts[b: b + args.batch_size * args.batches_per_shard]
+        chunk.sort(key=lambda p: len(p.text))  # similar lengths batch with less padding
+        for i in range(0, len(chunk), args.batch_size):
+            batch = chunk[i: i + args.batch_size]
+            sampled = (b // args.batch_size + i // args.batch_size) % args.sample_every == args.sample_every - 1
+            enc = [chat_ids(tok, p.text)[: args.max_prompt_tokens] for p in batch]
+            width = max(map(len, enc))
+            input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
+            attn = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
+            gen = target.generate(input_ids=input_ids, attention_mask=attn, max_new_tokens=args.max_new_tokens,
+                                  do_sample=sampled, temperature=0.8 if sampled else None, top_p=None, top_k=None,
+                                  pad_token_id=pad)
+            for p, e, g in zip(batch, enc, gen[:, width:].tolist()):
+                reply = g[: g.index(tok.eos_token_id) + 1] if tok.eos_token_id in g else g
+                rows.append({"key": p.key, "ids": e + reply, "prompt_len": len(e), "sampled": sampled})
+                made += len(reply)
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
+        write_shard(out, shard, rows, len(tok))
+        shard += 1
+    bar.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")
+    ap.add_argument("--batch-size", type=int, default=16, help="prompts generated together")
+    ap.add_argument("--batches-per-shard", type=int, default=4, help="batches written per shard file")
+    ap.add_argument("--max-new-tokens", type=int, default=512, help="reply length cap")
+    ap.add_argument("--max-prompt-tokens", type=int, default=512, help="longer prompts are cut")
+    ap.add_argument("--sample-every", type=int, default=5, help="every n-th batch is sampled (T=0.8), the rest greedy")
+    ap.add_argument("--limit", type=int, default=0, help="stop after this many prompts in total (0 = all)")
+    ap.add_argument("--dtype", default="bf16", help="bf16 (fast on AMX CPUs) or fp32")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    generate(args)
+
+
+if __name__ == "__main__":
+    main()
