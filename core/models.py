@@ -48,6 +48,14 @@ class ModelPair:
         return [int(i) for i in ids if i is not None] or [int(self.tokenizer.eos_token_id)]
 
 
+def encode_chat(tokenizer, text: str) -> list[int]:
+    """A single user turn rendered with the chat template and generation prompt (thinking off for Qwen3)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return tokenizer(text, add_special_tokens=True)["input_ids"]
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                              tokenize=True, return_dict=True, enable_thinking=False)["input_ids"])
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("DRAFT_TREE_CACHE", Path.home() / ".cache" / "draft-tree-studio"))
 

@@ -21,12 +21,6 @@ from tqdm import tqdm
 from core.training.prompts import is_held_out, training_prompts
 
 
-def chat_ids(tokenizer, text: str) -> list[int]:
-    """The prompt exactly as the engine renders it (chat template, generation prompt, thinking off)."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                         tokenize=True, return_dict=True, enable_thinking=False)["input_ids"]
-
-
 def done_keys(out: Path) -> set[str]:
     keys = set()
     for f in sorted(out.glob("shard-*.npz")):
@@ -49,7 +43,7 @@ def write_shard(out: Path, index: int, rows: list[dict], vocab: int) -> None:
 
 @torch.inference_mode()
 def generate(args) -> None:
-    from core.models import load_target
+    from core.models import encode_chat, load_target
 
     torch.manual_seed(args.seed)
     out = Path(args.out)
@@ -71,7 +65,7 @@ def generate(args) -> None:
         for i in range(0, len(chunk), args.batch_size):
             batch = chunk[i: i + args.batch_size]
             sampled = (b // args.batch_size + i // args.batch_size) % args.sample_every == args.sample_every - 1
-            enc = [chat_ids(tok, p.text)[: args.max_prompt_tokens] for p in batch]
+            enc = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in batch]
             width = max(map(len, enc))
             input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
             attn = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])

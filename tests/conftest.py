@@ -1,0 +1,60 @@
+"""Shared fixtures: tiny random targets (Llama and Qwen3 architectures), drafters for them, and a mock tokenizer.
+
+Everything runs offline on a CPU with no downloaded weights.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from core.dflash import random_drafter_for
+from core.models import ModelPair
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+class IdTokenizer:
+    """Decodes ids as space-separated numbers; enough for the engine's records."""
+
+    eos_token_id = 1
+    chat_template = None
+
+    def decode(self, ids, **_):
+        return "".join(f" {i}" for i in ids)
+
+    def __call__(self, text, **_):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+
+def tiny_target(arch: str = "llama", seed: int = 0, vocab: int = 96, layers: int = 4, std: float = 0.2):
+    """A random target whose logits are spread wide enough that greedy choices have no near-ties."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                  tie_word_embeddings=False, eos_token_id=1, bos_token_id=0, pad_token_id=0,
+                  initializer_range=std)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+    model.generation_config.eos_token_id = 1
+    model.generation_config.pad_token_id = 0
+    return model.float().eval().requires_grad_(False)
+
+
+def tiny_pair(arch="llama", seed=0, vocab=96, drafter_layers=1, block_size=8, **kw) -> ModelPair:
+    target = tiny_target(arch, seed, vocab, **kw)
+    drafter = random_drafter_for(target, seed=seed + 1, n_layers=drafter_layers, n_taps=2, block_size=block_size,
+                                 mask_token_id=vocab - 1).float().eval().requires_grad_(False)
+    return ModelPair(f"tiny-{arch}", target, IdTokenizer(), drafter, torch.float32, torch.device("cpu"))
+
+
+@pytest.fixture
+def pair():
+    return tiny_pair()
