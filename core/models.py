@@ -44,8 +44,10 @@ class ModelPair:
     @property
     def stop_ids(self) -> list[int]:
         eos = self.target.generation_config.eos_token_id
-        ids = eos if isinstance(eos, list) else [eos]
-        return [int(i) for i in ids if i is not None] or [int(self.tokenizer.eos_token_id)]
+        ids = [i for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
+        if not ids and getattr(self.tokenizer, "eos_token_id", None) is not None:
+            ids = [self.tokenizer.eos_token_id]
+        return [int(i) for i in ids]
 
 
 def encode_chat(tokenizer, text: str) -> list[int]:
