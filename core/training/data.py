@@ -1,0 +1,69 @@
+"""Training sequences from the generated shards, and DFlash's random-anchor block batches.
+
+A sequence is the chat-templated prompt followed by the target's reply; only reply tokens carry a loss. Each
+epoch draws new random anchors among reply positions; every anchor a gives one block [x_a, MASK x (B-1)] at
+positions a..a+B-1 whose position k is trained to predict x_{a+k}.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Sequence:
+    key: str
+    ids: np.ndarray        # [T] int64 prompt + reply
+    prompt_len: int
+
+
+def load_sequences(folder: str | Path, min_reply: int = 8) -> list[Sequence]:
+    out = []
+    for f in sorted(Path(folder).glob("shard-*.npz")):
+        d = np.load(f, allow_pickle=False)
+        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
+        for i, key in enumerate(d["keys"].tolist()):
+            ids = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
+            if len(ids) - int(d["prompt_lengths"][i]) >= min_reply:
+                out.append(Sequence(key, ids, int(d["prompt_lengths"][i])))
+    return out
+
+
+@dataclass
+class BlockBatch:
+    ids: torch.Tensor          # [T] the sequence (context for the target's features)
+    anchors: torch.Tensor      # [N] anchor positions, sorted
+    block_ids: torch.Tensor    # [N*B] [x_a, MASK, ...] per block
+    positions: torch.Tensor    # [T + N*B] context positions then block positions
+    mask: torch.Tensor         # [1, 1, N*B, T + N*B] bool, True = attend
+    labels: torch.Tensor       # [N, B-1] x_{a+k}, -100 where no loss
+    weights: torch.Tensor      # [B-1] exp(-(k-1)/gamma)
+
+
+def make_blocks(seq: Sequence, block_size: int, mask_token_id: int, max_anchors: int, gamma: float,
+                rng: np.random.Generator, tokens_per_anchor: int = 8) -> BlockBatch | None:
+    t = len(seq.ids)
+    candidates = np.arange(seq.prompt_len, t - 1)         # anchors are reply tokens: the bonus token at inference
+    if len(candidates) == 0:
+        return None
+    n = int(min(max_anchors, max(1, len(candidates) // tokens_per_anchor), len(candidates)))
+    anchors = np.sort(rng.choice(candidates, size=n, replace=False))
+    ids = torch.from_numpy(seq.ids)
+    b = block_size
+    block_ids = torch.full((n, b), mask_token_id, dtype=torch.long)
+    block_ids[:, 0] = ids[anchors]
+    block_pos = torch.from_numpy(anchors)[:, None] + torch.arange(b)[None]           # [N, B]
+    label_pos = block_pos[:, 1:]
+    labels = torch.where(label_pos < t, ids[label_pos.clamp(max=t - 1)], torch.full_like(label_pos, -100))
+    # query block i sees context strictly before its anchor and its own block, nothing else
+    ctx_visible = torch.arange(t)[None, :] < torch.from_numpy(anchors)[:, None]       # [N, T]
+    own = torch.eye(n, dtype=torch.bool)                                                # [N, N]
+    mask = torch.cat([ctx_visible.repeat_interleave(b, 0),
+                      own.repeat_interleave(b, 0).repeat_interleave(b, 1)], dim=1)      # [N*B, T + N*B]
+    positions = torch.cat([torch.arange(t), block_pos.reshape(-1)])
+    weights = torch.exp(-torch.arange(b - 1, dtype=torch.float32) / gamma)
+    return BlockBatch(ids, torch.from_numpy(anchors), block_ids.reshape(-1), positions, mask[None, None], labels,
+                      weights)

@@ -1,0 +1,212 @@
+"""Train a DFlash drafter for a frozen target with the DFlash objective (Chen et al. 2026, section 3.1).
+
+Usage: python -m core.training.train --data runs/data --out runs/train [--steps 4000] [--export assets/drafters/NAME]
+
+Frozen target, embedding and LM head; random anchors over reply tokens, redrawn every epoch; blocks
+[x_a, MASK...] that see the context strictly before their anchor and their own block bidirectionally, never other
+blocks; cross-entropy weighted exp(-(k-1)/gamma); AdamW with warm-up, cosine decay and gradient clipping; bf16
+autocast on CPU. Checkpoints (safetensors + JSON, atomic) every few minutes; rerunning resumes. Every
+`--eval-every` minutes tau is measured with the real decode loop on held-out prompts, and the best drafter so far
+is exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
+`generate_data` is still running.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from core.dflash import DFlashDrafter, drafter_config_for, extract_features, init_weights
+from core.training.data import load_sequences, make_blocks
+from core.training.prompts import is_held_out
+
+
+def weighted_loss(drafter, target, batch, autocast: bool):
+    """Weighted CE over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count)."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=1)
+        features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
+    noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        hidden = drafter(features, noise, batch.positions[None], attention_mask=batch.mask)     # [1, N*B, H]
+        n, b1 = batch.labels.shape
+        hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
+        logits = drafter.logits(hidden, target.get_output_embeddings())                         # [N, B-1, V]
+    valid = batch.labels >= 0
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.labels.reshape(-1).clamp(min=0),
+                         reduction="none").view(n, b1)
+    w = batch.weights[None].expand(n, b1) * valid
+    loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+    correct = ((logits.argmax(-1) == batch.labels) & valid).sum(0)
+    return loss, correct, valid.sum(0)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
+    w = max(1, int(total * warmup))
+    if step < w:
+        return peak * (step + 1) / w
+    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total - w))))
+
+
+def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
+    """Drafter + AdamW moments as safetensors, counters as JSON; written to temp files, then renamed."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in drafter.state_dict().items()
+               if not k.startswith("rotary_emb")}
+    for i, p in enumerate(opt.param_groups[0]["params"]):
+        st = opt.state.get(p)
+        if st:
+            tensors[f"opt.{i}.exp_avg"], tensors[f"opt.{i}.exp_avg_sq"] = st["exp_avg"], st["exp_avg_sq"]
+            state.setdefault("opt_steps", {})[str(i)] = float(st["step"])
+    save_file(tensors, str(folder / ".ckpt.tmp"))
+    (folder / ".state.tmp").write_text(json.dumps(state))
+    os.replace(folder / ".ckpt.tmp", folder / "ckpt.safetensors")
+    os.replace(folder / ".state.tmp", folder / "state.json")
+
+
+def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
+    from safetensors.torch import load_file
+
+    if not (folder / "ckpt.safetensors").is_file() or not (folder / "state.json").is_file():
+        return None
+    tensors = load_file(str(folder / "ckpt.safetensors"))
+    state = json.loads((folder / "state.json").read_text())
+    drafter.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
+    for i, p in enumerate(opt.param_groups[0]["params"]):
+        if f"opt.{i}.exp_avg" in tensors:
+            opt.state[p] = {"exp_avg": tensors[f"opt.{i}.exp_avg"], "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"],
+                            "step": torch.tensor(state["opt_steps"][str(i)])}
+    return state
+
+
+def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> dict:
+    """tau of chain and DDTree (budget 64) with the real decode loop, greedy, on held-out prompts."""
+    from core.config import DecodeConfig
+    from core.engine import run
+    from core.models import ModelPair
+    from core.records import summarize
+
+    import copy
+
+    q = copy.deepcopy(drafter).to(target.dtype).eval()
+    pair = ModelPair("eval", target, tokenizer, q, target.dtype, target.device)
+    result = {}
+    for method in ("chain", "ddtree"):
+        cfg = DecodeConfig(method=method, budget=64, max_new_tokens=max_new_tokens)
+        result[method] = round(summarize([run(pair, p, cfg) for p in prompts]).tau, 3)
+    return result
+
+
+def train(args) -> None:
+    from core.models import encode_chat, load_target
+    from core.training.prompts import training_prompts
+
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    target, tok = load_target(args.target, dtype="bf16" if args.bf16 else "fp32")
+    cfg = drafter_config_for(target.config, n_layers=args.layers, n_taps=args.taps, block_size=args.block_size,
+                             mask_token_id=tok.convert_tokens_to_ids(args.mask_token))
+    drafter = DFlashDrafter.from_config_dict(cfg)
+    init_weights(drafter, seed=args.seed)
+    drafter.train()
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    state = load_checkpoint(out, drafter, opt) or {"step": 0, "epoch": 0, "best_tau": 0.0, "history": []}
+    print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
+          f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, resuming at step {state['step']}")
+    prompts = training_prompts(args.seed)
+    allowed = {p.key for p in prompts if not is_held_out(p.key)}
+    held = [p for p in prompts if is_held_out(p.key)][: args.eval_prompts]
+    eval_prompts = [encode_chat(tok, p.text) for p in held]
+    rng = np.random.default_rng(args.seed + state["epoch"])
+    bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True)
+    last_ckpt = last_eval = time.time()
+    acc_c = torch.zeros(args.block_size - 1)
+    acc_n = torch.zeros(args.block_size - 1)
+    while state["step"] < args.steps:
+        seqs = [s for s in load_sequences(args.data) if len(s.ids) <= args.max_len and s.key in allowed]
+        rng.shuffle(seqs)
+        for i in range(0, len(seqs) - args.accum + 1, args.accum):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for seq in seqs[i: i + args.accum]:
+                batch = make_blocks(seq, args.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng)
+                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16)
+                (loss / args.accum).backward()
+                total += loss.item() / args.accum
+                acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+            opt.step()
+            state["step"] += 1
+            acc = (acc_c / acc_n.clamp(min=1)).tolist()
+            bar.update(1)
+            bar.set_postfix(loss=f"{total:.3f}", acc1=f"{acc[0]:.2f}", acc4=f"{acc[3]:.2f}", acc8=f"{acc[7]:.2f}",
+                            epoch=state["epoch"])
+            now = time.time()
+            if now - last_eval > args.eval_every * 60 or state["step"] >= args.steps:
+                tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens)
+                state["history"].append({"step": state["step"], "loss": round(total, 4), "tau": tau,
+                                         "acc": [round(a, 3) for a in acc], "time": round(now)})
+                tqdm.write(f"step {state['step']}: tau {tau}  loss {total:.3f}")
+                if args.export and tau["ddtree"] > state["best_tau"]:
+                    state["best_tau"] = tau["ddtree"]
+                    drafter.save(args.export)
+                    (Path(args.export) / "training_state.json").write_text(json.dumps(
+                        {"step": state["step"], "tau_heldout": tau, "args": vars(args)}, indent=2))
+                last_eval = time.time()
+            if time.time() - last_ckpt > args.ckpt_every * 60:
+                save_checkpoint(out, drafter, opt, state)
+                last_ckpt = time.time()
+            if state["step"] >= args.steps:
+                break
+        state["epoch"] += 1
+    save_checkpoint(out, drafter, opt, state)
+    bar.close()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="runs/data", help="folder of shards from core.training.generate_data")
+    ap.add_argument("--out", default="runs/train", help="checkpoint folder (resumes if present)")
+    ap.add_argument("--export", default=None, help="folder that receives the best drafter (z-lab format, bf16)")
+    ap.add_argument("--target", default="embedded:smollm2-135m-instruct", help="target model id or folder")
+    ap.add_argument("--layers", type=int, default=3, help="drafter decoder layers")
+    ap.add_argument("--taps", type=int, default=5, help="target layers fused into the context features")
+    ap.add_argument("--block-size", type=int, default=16, help="block size B (B-1 drafted positions)")
+    ap.add_argument("--mask-token", default="<empty_output>", help="existing special token used as MASK")
+    ap.add_argument("--gamma", type=float, default=7.0, help="loss decay over block positions")
+    ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
+    ap.add_argument("--max-len", type=int, default=1024, help="skip longer sequences")
+    ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
+    ap.add_argument("--accum", type=int, default=4, help="sequences per optimizer step")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the steps")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CPU AMX)")
+    ap.add_argument("--ckpt-every", type=float, default=5.0, help="minutes between checkpoints")
+    ap.add_argument("--eval-every", type=float, default=20.0, help="minutes between tau evaluations")
+    ap.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts for tau")
+    ap.add_argument("--eval-tokens", type=int, default=128, help="new tokens per held-out prompt")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train(args)
+
+
+if __name__ == "__main__":
+    main()

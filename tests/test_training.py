@@ -1,0 +1,79 @@
+"""Drafter training on a tiny random target: the block masks, the loss falls, checkpoints round-trip, and the
+training prompts never include an evaluation prompt."""
+import numpy as np
+import pytest
+import torch
+
+from core.dflash import DFlashDrafter, drafter_config_for, init_weights
+from core.training.data import Sequence, make_blocks
+from core.training.train import load_checkpoint, lr_at, save_checkpoint, weighted_loss
+from tests.conftest import tiny_target
+
+
+def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
+    seq = Sequence("x", np.arange(2, 42), prompt_len=10)
+    b = make_blocks(seq, block_size=4, mask_token_id=1, max_anchors=5, gamma=4.0, rng=np.random.default_rng(0))
+    n, t = len(b.anchors), 40
+    assert n == 30 // 8 and (b.anchors >= 10).all()       # one anchor per 8 reply tokens, at most 5
+    mask = b.mask[0, 0]
+    for i, a in enumerate(b.anchors.tolist()):
+        rows = mask[i * 4: (i + 1) * 4]
+        assert rows[:, :t].sum(1).eq(a).all() and rows[:, :a].all()              # context strictly before a
+        own = torch.zeros(n * 4, dtype=torch.bool)
+        own[i * 4: (i + 1) * 4] = True
+        assert (rows[:, t:] == own).all()                                         # own block, bidirectional
+        assert b.block_ids[i * 4] == seq.ids[a] and (b.block_ids[i * 4 + 1: (i + 1) * 4] == 1).all()
+        labels = b.labels[i].tolist()
+        assert labels == [int(seq.ids[a + k]) if a + k < t else -100 for k in range(1, 4)]
+        assert b.positions[t + i * 4: t + (i + 1) * 4].tolist() == [a, a + 1, a + 2, a + 3]
+    assert torch.allclose(b.weights, torch.exp(-torch.arange(3.0) / 4.0))
+
+
+def tiny_drafter(target):
+    d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=4))
+    init_weights(d, seed=0)
+    return d
+
+
+def test_loss_falls_and_checkpoint_round_trips(tmp_path):
+    target = tiny_target(vocab=64)
+    drafter = tiny_drafter(target)
+    rng = np.random.default_rng(0)
+    seqs = [Sequence(str(i), np.tile(np.arange(5, 17), 4) + i % 3, prompt_len=6) for i in range(4)]
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    losses = []
+    for step in range(80):
+        opt.zero_grad()
+        batch = make_blocks(seqs[step % 4], 4, 63, 8, 4.0, rng)
+        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    save_checkpoint(tmp_path, drafter, opt, {"step": 30, "epoch": 1})
+    other = tiny_drafter(target)
+    opt2 = torch.optim.AdamW(other.parameters(), lr=3e-3)
+    state = load_checkpoint(tmp_path, other, opt2)
+    assert state["step"] == 30
+    assert all(torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), other.state_dict().values()))
+    p0, q0 = opt.param_groups[0]["params"][0], opt2.param_groups[0]["params"][0]
+    assert torch.equal(opt.state[p0]["exp_avg"], opt2.state[q0]["exp_avg"])
+    assert not list(tmp_path.glob(".*tmp"))                                    # nothing half-written left
+
+
+def test_lr_schedule_warms_up_then_decays():
+    lrs = [lr_at(s, 100, 1.0, 0.1) for s in range(100)]
+    assert lrs[0] < lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.01 and all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+
+
+def test_training_prompts_exclude_evaluation_prompts():
+    from core.datasets import gsm8k_test, humaneval, mtbench_questions
+    from core.training.prompts import training_prompts
+
+    train = {p.text.strip() for p in training_prompts()}
+    train_raw = {t.split("\nPlease reason step by step")[0].strip() for t in train}
+    evals = [q.split("\nPlease reason step by step")[0].strip() for q in gsm8k_test()]
+    evals += [p.strip() for p in humaneval()] + [t.strip() for turns in mtbench_questions() for t in turns]
+    assert len(evals) > 1319 + 164
+    assert not (set(evals) & (train | train_raw))
+    assert len(train) > 8000
