@@ -1,0 +1,132 @@
+"""Engine micro-benchmarks, each measured side by side with its baseline in one process.
+
+    python -m core.perf ar-vs-generate   # our `ar` loop against transformers `generate`, greedy, same prompts
+    python -m core.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
+    python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
+
+Medians over repeats; the machine is shared and noisy, so read the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from core.builders import build_ddtree  # noqa: E402
+from core.config import DecodeConfig  # noqa: E402
+from core.kv_cache import cache_kwargs, crop_to, new_cache  # noqa: E402
+from core.tree import DraftTree  # noqa: E402
+from core.verify import tree_inputs  # noqa: E402
+
+PROMPTS = ["Write a Python function that checks whether a string is a palindrome.",
+           "What are some good tips for staying focused while studying?",
+           "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+           "How many clips did Natalia sell altogether in April and May?"]
+
+
+def ar_vs_generate(dtype: str, new_tokens: int, repeats: int) -> None:
+    from core.engine import run
+    from core.models import encode_chat, load_pair
+    from core.records import summarize
+
+    pair = load_pair("smollm2-135m", dtype=dtype, with_drafter=False)
+    prompts = [encode_chat(pair.tokenizer, p) for p in PROMPTS]
+    ours, theirs = [], []
+    for rep in range(repeats + 1):
+        for ids in prompts:
+            t0 = time.perf_counter()
+            out = pair.target.generate(torch.tensor([ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                       do_sample=False, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+            hf = (out.shape[1] - len(ids)) / (time.perf_counter() - t0)
+            records = run(pair, ids, DecodeConfig(method="ar", max_new_tokens=new_tokens))
+            s = summarize([records])
+            mine = s.tokens / (s.decode_seconds + s.prefill_seconds)   # same scope as generate: prefill included
+            if rep:   # the first round warms up
+                ours.append(mine)
+                theirs.append(hf)
+    print(f"| ar loop (ours) | {statistics.median(ours):.1f} tok/s |\n| transformers generate | "
+          f"{statistics.median(theirs):.1f} tok/s |\n| ratio (median of pairs) | "
+          f"{statistics.median([a / b for a, b in zip(ours, theirs)]):.3f} |")
+
+
+def _tree(n: int) -> DraftTree:
+    rng = np.random.default_rng(n)
+    logq = np.sort(np.log(rng.dirichlet(np.ones(64) * 0.3, size=15)), axis=-1)[:, ::-1].copy()
+    tokens = rng.integers(100, 40000, size=(15, 64))
+    return build_ddtree(logq.astype(np.float32), tokens, n - 1, bonus=5)
+
+
+def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[str]) -> dict:
+    from core.models import load_target
+
+    table = {}
+    for dtype in dtypes:
+        target, _ = load_target(dtype=dtype)
+        ctx = torch.randint(100, 40000, (1, past_len))
+        cache = new_cache(target)
+        with torch.inference_mode():
+            target(input_ids=ctx, **cache_kwargs(target, cache))
+            for n in sizes:
+                tree = _tree(n)
+                inputs = tree_inputs(tree, past_len, target.dtype, target.device)
+                times = []
+                for _ in range(repeats + 1):
+                    t0 = time.perf_counter()
+                    target(**inputs, **cache_kwargs(target, cache), output_hidden_states=True)
+                    times.append(time.perf_counter() - t0)
+                    crop_to(cache, past_len)
+                table[(dtype, n)] = statistics.median(times[1:]) * 1000
+    print("| tree tokens N | " + " | ".join(f"{d} ms" for d in dtypes) + " |\n|---:|" + "---:|" * len(dtypes))
+    for n in sizes:
+        print(f"| {n} | " + " | ".join(f"{table[(d, n)]:.1f}" for d in dtypes) + " |")
+    return table
+
+
+def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str) -> None:
+    from core.engine import run
+    from core.models import encode_chat, load_pair
+    from core.records import summarize
+
+    pair = load_pair("smollm2-135m", dtype=dtype)
+    ids = [encode_chat(pair.tokenizer, p) for p in PROMPTS[:prompts]]
+    print("| budget | tree build ms/step (median) | tree share of step | verify share | draft share |\n"
+          "|---:|---:|---:|---:|---:|")
+    for b in budgets:
+        records = [run(pair, p, DecodeConfig(method="ddtree", budget=b, max_new_tokens=new_tokens)) for p in ids]
+        s = summarize(records)
+        tree_ms = statistics.median([r.seconds["tree"] * 1000 for run_ in records for r in run_ if r.step])
+        print(f"| {b} | {tree_ms:.2f} | {s.phase_shares['tree']:.1%} | {s.phase_shares['verify']:.1%} | "
+              f"{s.phase_shares['draft']:.1%} |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost"])
+    ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--past-len", type=int, default=200, help="verify-latency: cached context length")
+    ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,256,512", help="verify-latency: tree tokens N")
+    ap.add_argument("--budgets", default="64,256", help="tree-cost: DDTree budgets")
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, dtype {args.dtype}")
+    if args.what == "ar-vs-generate":
+        ar_vs_generate(args.dtype, args.new_tokens, args.repeats)
+    elif args.what == "verify-latency":
+        verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
+    else:
+        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, args.dtype)
+
+
+if __name__ == "__main__":
+    main()
