@@ -71,11 +71,13 @@ class PairSpec:
     device_map: str | None = None   # "auto" spreads a large target over several GPUs (accelerate)
     note: str = ""                  # shown in the app and the CLI help
     needs_gpu: bool = False
+    ngram_table: str | None = None  # PRESTO's n-gram counts for this tokenizer (None: online counts only)
 
 
 MODEL_PAIRS: dict[str, PairSpec] = {
     "smollm2-135m": PairSpec("embedded:smollm2-135m-instruct", "assets/drafters/smollm2-135m-dflash-b16",
-                             note="embedded default: runs offline on a CPU"),
+                             note="embedded default: runs offline on a CPU",
+                             ngram_table="assets/ngram/smollm2-135m-3gram.npz"),
     "qwen3-4b": PairSpec("Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16", note="paper setting; GPU", needs_gpu=True),
     "qwen3-8b": PairSpec("Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", note="paper setting; GPU", needs_gpu=True),
     "qwen3-coder-30b-a3b": PairSpec("Qwen/Qwen3-Coder-30B-A3B-Instruct", "z-lab/Qwen3-Coder-30B-A3B-DFlash",

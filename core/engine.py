@@ -39,7 +39,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     overrides the method's tree builder (PRESTO and the adaptive budget pass theirs)."""
     cfg = check_inputs(pair, prompt_ids, cfg)
     target, drafter, tok = pair.target, pair.drafter if cfg.method != "ar" else None, pair.tokenizer
-    build = builder or _default_builder(cfg)
+    build = builder or _default_builder(cfg, pair)
     gen = torch.Generator().manual_seed(cfg.seed)
     sync = torch.cuda.synchronize if pair.device.type == "cuda" else None
     layer_ids = drafter.target_layer_ids if drafter is not None else None
@@ -104,7 +104,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         yield record
 
 
-def _default_builder(cfg: DecodeConfig):
+def _default_builder(cfg: DecodeConfig, pair):
     if cfg.method in BUILDERS:
         fn = BUILDERS[cfg.method]
         return lambda draft, budget, bonus, history: fn(draft.logq, draft.tokens, budget, bonus)
@@ -112,7 +112,8 @@ def _default_builder(cfg: DecodeConfig):
         return lambda draft, budget, bonus, history: root_only(bonus)
     from core.presto import presto_builder  # PRESTO needs its n-gram model
 
-    return presto_builder(cfg)
+    vocab = pair.target.get_output_embeddings().weight.shape[0]
+    return presto_builder(cfg, vocab, getattr(pair, "ngram_table", None))
 
 
 def _clip(draft: BlockDraft | None, depth: int) -> BlockDraft | None:

@@ -40,6 +40,7 @@ class ModelPair:
     drafter: torch.nn.Module | None
     dtype: torch.dtype
     device: torch.device
+    ngram_table: Path | None = None   # PRESTO's n-gram counts for this tokenizer
 
     @property
     def stop_ids(self) -> list[int]:
@@ -240,8 +241,10 @@ def load_pair(name: str = "smollm2-135m", dtype: str | torch.dtype = "bf16", dev
     if name not in MODEL_PAIRS:
         raise ModelLoadError(f"unknown model pair {name!r}; choose one of {', '.join(MODEL_PAIRS)}")
     spec: PairSpec = MODEL_PAIRS[name]
-    return load_custom_pair(spec.target, spec.drafter if with_drafter else None, dtype, device,
+    pair = load_custom_pair(spec.target, spec.drafter if with_drafter else None, dtype, device,
                             device_map=spec.device_map, name=name)
+    pair.ngram_table = REPO_ROOT / spec.ngram_table if spec.ngram_table else None
+    return pair
 
 
 def load_custom_pair(target: str, drafter: str | None, dtype: str | torch.dtype = "bf16", device: str = "auto",

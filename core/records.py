@@ -71,7 +71,7 @@ class RunSummary:
     histogram: dict[int, int]         # acceptance length -> number of steps
     depth_rates: list[float]          # [d-1] = share of steps that accepted a draft at depth >= d
     expected_tau: float               # 1 + mean expected accepted drafts (sum of q over the tree)
-    oracle_tau: float | None = None   # 1 + mean oracle depth (a perfect ranker's acceptance), when recorded
+    oracle_tau: float | None = None   # 1 + mean oracle depth, capped at the budget: a perfect ranker's acceptance
     per_prompt_tau: list[float] = field(default_factory=list)
 
 
@@ -101,7 +101,7 @@ def summarize(runs: list[list[StepRecord]]) -> RunSummary:
         hist[r.tau] = hist.get(r.tau, 0) + 1
     depth = max((r.tree.max_depth for r in decode), default=0)
     rates = [sum(1 for r in decode if r.accepted_drafts >= d) / len(decode) for d in range(1, depth + 1)]
-    oracle = [r.oracle_depth for r in decode if r.oracle_depth is not None]
+    oracle = [min(r.oracle_depth, r.budget_used) for r in decode if r.oracle_depth is not None]
     return RunSummary(
         tau=float(np.mean(per_prompt)) if per_prompt else 0.0, tokens=tokens, steps=len(decode),
         decode_seconds=total, prefill_seconds=prefill,

@@ -1,0 +1,129 @@
+"""PRESTO (Wang et al. 2026): rank draft-tree paths with a prefix-aligned score and grow the tree by search.
+
+The drafter's marginals q_i are prefix-blind: they score a token at depth i the same whatever the path chose
+before it. PRESTO adds an n-gram model that does see the path:
+    S(u) = sum_i [ log q_i(u_i) + lam_i * log p_ng(u_i | last n-1 tokens of (context, b, u_1..u_{i-1})) ]
+Every increment is <= 0, so S never grows along a path and the top-B nodes under S always form a valid tree.
+- `build_presto`: best-first, DDTree's heap with per-parent child orders: the exact top-B nodes under S over the
+  K-ary candidate lattice. With lam = 0 it is `build_ddtree`, node for node.
+- `build_presto_beam`: depth-synchronous beam of width W; every generated node stays in a global pool, and the
+  tree is the top-B of the pool (prefix-closed by monotonicity).
+Both are pure functions of the candidates, the context and an n-gram model.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+
+import numpy as np
+
+from core.builders import _append
+from core.tree import DraftTree, root_only
+
+
+
+def depth_lambdas(lam: float, n_pos: int, entropy: np.ndarray | None, k: int) -> list[float]:
+    """lam per depth; entropy-adaptive: lam * H(q_d) / log K, clipped to [0, lam] (trust the n-gram where the
+    drafter is unsure)."""
+    if entropy is None or k < 2:
+        return [lam] * n_pos
+    return [lam * min(1.0, max(0.0, float(h) / math.log(k))) for h in entropy[:n_pos]]
+
+
+class _Scorer:
+    """Local scores log q_d(t) + lam_d log p_ng(t | path context) of a node's K candidates, sorted once per node."""
+
+    def __init__(self, logq, tokens, context, ngram, lams, order):
+        self.lq, self.tok, self.context, self.ngram, self.lams, self.order = logq, tokens, context, ngram, lams, order
+
+    def children(self, path_tokens: list[int], depth: int) -> tuple[list[int], list[float]]:
+        """Candidate indices at `depth` (0-based row) in descending local score, and those scores."""
+        local = self.lq[depth].astype(np.float64)
+        if self.lams[depth] != 0.0:
+            ctx = (self.context + path_tokens)[-(self.order - 1):] if self.order > 1 else []
+            local = local + self.lams[depth] * self.ngram.logprobs(ctx, self.tok[depth])
+        order = np.argsort(-local, kind="stable")
+        return order.tolist(), local[order].tolist()
+
+
+def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, context: list[int], ngram,
+                 lam: float, entropy: np.ndarray | None = None) -> DraftTree:
+    """The top-`budget` nodes under S, best first (the exact optimum of S over the K-ary lattice)."""
+    n_pos, k = logq.shape
+    out = root_only(bonus)
+    if budget <= 0 or n_pos == 0 or k == 0:
+        return out
+    scorer = _Scorer(logq, tokens, list(context), ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram
+                     else 1)
+    lq, tok = logq.astype(np.float64).tolist(), tokens.tolist()
+    orders = {0: scorer.children([], 0)}     # node -> (child candidate order, local scores)
+    paths = {0: []}
+    heap = [(-orders[0][1][0], (0,), 0, 0.0)]  # (-S, ranks in per-parent order, parent node, parent S)
+    while heap and out.size < budget:
+        neg, ranks, parent, parent_s = heapq.heappop(heap)
+        d, r = len(ranks), ranks[-1]
+        cand = orders[parent][0][r]
+        node = len(out.tokens)
+        _append(out, tok[d - 1][cand], parent, d, cand, lq[d - 1][cand], out.prefix_logq[parent] + lq[d - 1][cand],
+                -neg)
+        if r + 1 < k:
+            heapq.heappush(heap, (-(parent_s + orders[parent][1][r + 1]), ranks[:-1] + (r + 1,), parent, parent_s))
+        if d < n_pos:
+            paths[node] = paths[parent] + [out.tokens[node]]
+            orders[node] = scorer.children(paths[node], d)
+            heapq.heappush(heap, (neg - orders[node][1][0], ranks + (0,), node, -neg))
+    return out
+
+
+def build_presto_beam(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, context: list[int], ngram,
+                      lam: float, beam_width: int, entropy: np.ndarray | None = None) -> DraftTree:
+    """Beam search (W per depth) with global retention; the tree is the top-`budget` of every generated node."""
+    n_pos, k = logq.shape
+    if budget <= 0 or n_pos == 0 or k == 0:
+        return root_only(bonus)
+    scorer = _Scorer(logq, tokens, list(context), ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram
+                     else 1)
+    # pool entry: (S, depth, parent pool index or -1 for the root, candidate index, path tokens)
+    pool: list[tuple[float, int, int, int, list[int]]] = []
+    beam = [(-1, 0.0, [])]                         # (pool index, S, path tokens)
+    for d in range(n_pos):
+        generated = []
+        for idx, s, path in beam:
+            order, local = scorer.children(path, d)
+            for cand, ls in zip(order, local):
+                generated.append((s + ls, d + 1, idx, cand, path + [int(tokens[d, cand])]))
+        generated.sort(key=lambda g: -g[0])
+        start = len(pool)
+        pool.extend(generated)
+        beam = [(start + i, g[0], g[4]) for i, g in enumerate(generated[:beam_width])]
+    # top-B by S; ties prefer shallower nodes, so a parent always precedes its children
+    chosen = sorted(range(len(pool)), key=lambda i: (-pool[i][0], pool[i][1], i))[:budget]
+    chosen.sort(key=lambda i: (-pool[i][0], pool[i][1], i))
+    node_of = {-1: 0}
+    out = root_only(bonus)
+    for i in chosen:
+        s, d, parent, cand, _ = pool[i]
+        node_of[i] = len(out.tokens)
+        p = node_of[parent]
+        lq = float(logq[d - 1, cand])
+        _append(out, int(tokens[d - 1, cand]), p, d, cand, lq, out.prefix_logq[p] + lq, s)
+    return out
+
+
+def presto_builder(cfg, vocab: int, table_path: str | Path | None, ngram=None):
+    """The engine's builder for one request: keeps the n-gram model's online counts up to date with the history.
+    Without a table for this tokenizer, PRESTO scores with the request's own n-gram counts only."""
+    if ngram is None:
+        from core.ngram import load_model
+
+        ngram = load_model(table_path, vocab=vocab, order=cfg.ngram_order)
+
+    def build(draft, budget, bonus, history):
+        ngram.observe(history)
+        entropy = draft.entropy if cfg.entropy_lam else None
+        if cfg.method == "presto-beam":
+            width = cfg.beam_width or 2 * math.ceil(budget / max(1, draft.logq.shape[0]))
+            return build_presto_beam(draft.logq, draft.tokens, budget, bonus, history, ngram, cfg.lam, width, entropy)
+        return build_presto(draft.logq, draft.tokens, budget, bonus, history, ngram, cfg.lam, entropy)
+    return build
