@@ -88,12 +88,12 @@ def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[s
     return table
 
 
-def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str) -> None:
+def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, drafter: str | None) -> None:
     from core.engine import run
-    from core.models import encode_chat, load_pair
+    from core.models import EMBEDDED_TARGET, encode_chat, load_custom_pair, load_pair
     from core.records import summarize
 
-    pair = load_pair("smollm2-135m", dtype=dtype)
+    pair = load_custom_pair(EMBEDDED_TARGET, drafter, dtype) if drafter else load_pair("smollm2-135m", dtype=dtype)
     ids = [encode_chat(pair.tokenizer, p) for p in PROMPTS[:prompts]]
     print("| budget | tree build ms/step (median) | tree share of step | verify share | draft share |\n"
           "|---:|---:|---:|---:|---:|")
@@ -115,6 +115,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,256,512", help="verify-latency: tree tokens N")
     ap.add_argument("--budgets", default="64,256", help="tree-cost: DDTree budgets")
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--drafter", default=None, help="tree-cost: drafter folder or 'random' (default: the shipped one)")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
@@ -125,7 +126,7 @@ def main(argv=None) -> None:
     elif args.what == "verify-latency":
         verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
     else:
-        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, args.dtype)
+        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, args.dtype, args.drafter)
 
 
 if __name__ == "__main__":
