@@ -1,0 +1,344 @@
+"""Draft-tree studio: watch a block-diffusion drafter's draft tree get verified, step by step.
+
+Handlers first, then the layout, then the wiring. Every figure comes from `viz/` built from the engine's
+StepRecords; the speeds shown are the engine's own timings. Model work runs in one queue (one at a time).
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import threading
+import time
+
+import gradio as gr
+import torch
+
+from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
+from core.engine import check_inputs, generate
+from core.models import ModelLoadError, encode_chat, load_pair
+from core.records import summarize
+from viz import charts, theme
+from viz.tokens import CSS as TOKEN_CSS
+from viz.tokens import token_html
+from viz.tree_graph import tree_figure
+
+METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
+           "PRESTO-beam": "presto-beam"}
+EXAMPLES = [
+    ["Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+     "clips did Natalia sell altogether in April and May?\nPlease reason step by step, and put your final answer "
+     "within \\boxed{}."],
+    ["Write a Python function that checks whether a string is a palindrome."],
+    ["What are some good tips for staying focused while studying?"],
+    ["Write a short story about a robot who learns to paint."],
+]
+UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine never waits for the UI)
+MAX_PROMPT_CHARS = 20_000
+PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
+LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
+_LOAD_LOCK = threading.Lock()
+
+
+# ----- handlers -----------------------------------------------------------------------------------------------
+
+def usable_pairs() -> list[str]:
+    names = [n for n, spec in MODEL_PAIRS.items() if not spec.needs_gpu or torch.cuda.is_available()]
+    return sorted(names, key=lambda n: n != "smollm2-135m")
+
+
+def get_pair(name: str):
+    if name in PAIRS:
+        return PAIRS[name]
+    if name not in MODEL_PAIRS:
+        raise gr.Error(f"Unknown model pair {name!r}. Choose one from the list.")
+    with _LOAD_LOCK:
+        if name not in PAIRS:
+            try:
+                PAIRS[name] = load_pair(name)
+            except ModelLoadError as e:
+                raise gr.Error(f"Model pair {name!r} cannot be loaded here: {e}") from e
+    return PAIRS[name]
+
+
+def _settings(method_label, budget, temperature, top_p, top_k, max_new, seed) -> DecodeConfig:
+    if method_label not in METHODS:
+        raise gr.Error(f"Unknown method {method_label!r}.")
+    try:
+        return DecodeConfig(method=METHODS[method_label], budget=int(budget), temperature=float(temperature),
+                            top_p=float(top_p), top_k=int(top_k), max_new_tokens=int(max_new),
+                            seed=int(seed)).validate()
+    except (TypeError, ValueError) as e:
+        raise gr.Error(f"Invalid setting: {e}") from e
+
+
+def _prompt_ids(pair, prompt: str) -> list[int]:
+    prompt = (prompt or "").strip()
+    if not prompt:
+        raise gr.Error("The prompt is empty: type something or pick an example.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise gr.Error(f"The prompt is {len(prompt)} characters; the limit here is {MAX_PROMPT_CHARS}.")
+    return encode_chat(pair.tokenizer, prompt)
+
+
+def _texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
+    ids = {t for r in records for t in r.tree.tokens + r.committed + [r.bonus]} - texts.keys()
+    texts.update({t: pair.tokenizer.decode([t]) for t in ids})
+    return texts
+
+
+def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict) -> float:
+    """Plain-decoding tokens/s on the same prompt and settings, measured once per session (cached by prompt)."""
+    key = f"{pair.name}:{hashlib.sha1(str(ids).encode()).hexdigest()}:{cfg.temperature}"
+    if key not in state["ar"]:
+        ar = DecodeConfig(method="ar", temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                          seed=cfg.seed, max_new_tokens=min(cfg.max_new_tokens, 48))
+        state["ar"][key] = summarize([list(generate(pair, ids, ar))]).tokens_per_second
+    return state["ar"][key]
+
+
+def metrics_md(records, ar_tps: float | None) -> str:
+    if not records:
+        return ""
+    s = summarize([records])
+    speed = f"{s.tokens_per_second / ar_tps:.2f}×" if ar_tps and s.steps else "measuring…" if s.steps else "–"
+    lines = [
+        f"| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
+        "|---:|---:|---:|---:|---|",
+        f"| **{s.tau:.2f}** | {s.tokens_per_second:.1f} | {speed} | {max(0, s.tokens - 1 - s.steps)} of "
+        f"{s.tokens - 1} | " + " / ".join(f"{s.phase_shares[p]:.0%}" for p in ("draft", "tree", "verify", "accept"))
+        + " |",
+        "",
+        f"τ = tokens committed per target forward (bonus counted) = {s.tokens - 1} / {s.steps}; expected from the "
+        f"trees 1 + Σ q(u) = {s.expected_tau:.2f}" + (f"; oracle (perfect ranking, top-K) = {s.oracle_tau:.2f}"
+                                                       if s.oracle_tau else "") + ". "
+        "tokens/s = decode tokens / decode time (prefill excluded), from the engine's timers. Speed-up = this "
+        "run's tokens/s ÷ plain decoding's on the same prompt, measured in this app run. Forwards saved = tokens "
+        "that needed no target forward of their own.",
+    ]
+    return "\n".join(lines)
+
+
+def explain_md(record, texts) -> str:
+    if record is None or record.step == 0:
+        return HOW_IT_WORKS
+    t = record.tree
+    acc = "".join(texts.get(t.tokens[i], "?") for i in record.accepted[1:])
+    return HOW_IT_WORKS + (
+        f"\n\n### This step ({record.step})\nThe drafter proposed {t.max_depth} positions in one forward; the "
+        f"builder kept **{t.size} nodes** whose prefix probabilities sum to **{t.expected_accepted:.2f}** — the "
+        f"expected number of accepted drafts (Proposition 1). One target forward verified all {t.size + 1} "
+        f"tokens with the ancestor-only mask; the walk accepted **{record.accepted_drafts}** drafts "
+        f"(`{html.escape(acc)}`) and the target added the bonus token "
+        f"`{html.escape(texts.get(record.bonus, '?'))}`: τ = {record.tau} for this step.")
+
+
+def _render(pair, records, state, ar_tps, full: bool):
+    """UI values for the latest records (full=False skips the slow run-level charts)."""
+    texts = _texts(pair, records, state["texts"])
+    last = records[-1]
+    tree = tree_figure(last, texts, title=f"step {last.step}: {last.tree.size} nodes, τ = {last.tau}")
+    slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=len(records) - 1, step=1,
+                       interactive=True)
+    out = [token_html(records, texts), tree, slider, metrics_md(records, ar_tps),
+           charts.budget_figure(records, state.get("cost"), _draft_ms(records))]
+    if full:
+        out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
+                charts.time_breakdown(records), charts.calibration(records), charts.icicle(last, texts),
+                charts.mask_heatmap(last, texts), explain_md(last, texts)]
+    else:
+        out += [gr.skip()] * 8
+    return out
+
+
+def _draft_ms(records):
+    steps = [r for r in records if r.step > 0 and "draft" in r.seconds]
+    return 1000 * sum(r.seconds["draft"] for r in steps) / len(steps) if steps else None
+
+
+def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, pair_name, state,
+        request: gr.Request = None):
+    """Decode the prompt, streaming one UI update per step (throttled); ends with the speed-up."""
+    state = _fresh_state(state)
+    pair = get_pair(pair_name)
+    cfg = _settings(method_label, budget, temperature, top_p, top_k, max_new, seed)
+    ids = _prompt_ids(pair, prompt)
+    try:
+        check_inputs(pair, ids, cfg)
+    except ValueError as e:
+        raise gr.Error(str(e)) from e
+    LIVE.pop(_session(request), None)
+    if cfg.method != "ar" and state["cost"] is None:
+        from core.costs import cost_curve
+
+        state["cost"] = cost_curve(pair.target)
+    records, last = [], 0.0
+    state["records"] = records
+    for record in generate(pair, ids, cfg):
+        records.append(record)
+        if time.perf_counter() - last >= UPDATE_INTERVAL:
+            yield _render(pair, records, state, None, full=False) + [state]
+            last = time.perf_counter()
+    ar_tps = _ar_speed(pair, ids, cfg, state) if cfg.method != "ar" else summarize([records]).tokens_per_second
+    state["ar_tps"] = ar_tps
+    yield _render(pair, records, state, ar_tps, full=True) + [state]
+
+
+def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, pair_name, state,
+              request: gr.Request = None):
+    """Advance exactly one decoding step (the first press runs the prefill)."""
+    state = state if state and state.get("records") is not None else _fresh_state(state)
+    pair = get_pair(pair_name)
+    cfg = _settings(method_label, budget, temperature, top_p, top_k, max_new, seed)
+    ids = _prompt_ids(pair, prompt)
+    key = (pair_name, tuple(ids), cfg)
+    live = LIVE.get(_session(request))
+    if live is None or live[0] != key:
+        try:
+            check_inputs(pair, ids, cfg)
+        except ValueError as e:
+            raise gr.Error(str(e)) from e
+        live = (key, generate(pair, ids, cfg), [])
+        LIVE[_session(request)] = live
+        state = _fresh_state(state)
+    record = next(live[1], None)
+    if record is None:
+        gr.Info("The generation has finished; press Run or change a setting to start again.")
+    else:
+        live[2].append(record)
+    state["records"] = live[2]
+    if not live[2]:
+        return [gr.skip()] * 13 + [state]
+    return _render(pair, live[2], state, state.get("ar_tps"), full=True) + [state]
+
+
+def show_step(k, pair_name, state):
+    """Replay a stored step: its tree, icicle, mask and explanation."""
+    records = (state or {}).get("records") or []
+    if not records:
+        return [gr.skip()] * 4
+    k = int(min(max(0, k or 0), len(records) - 1))
+    pair = get_pair(pair_name)
+    texts = _texts(pair, records[: k + 1], state["texts"])
+    r = records[k]
+    return [tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}"),
+            charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts)]
+
+
+def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name):
+    """Plain decoding, chain, DDTree and PRESTO on the same prompt and settings."""
+    pair = get_pair(pair_name)
+    ids = _prompt_ids(pair, prompt)
+    rows, outputs = [], {}
+    for label in ("Plain decoding (AR)", "DFlash chain", "DDTree", "PRESTO"):
+        cfg = _settings(label, budget, temperature, top_p, top_k, max_new, seed)
+        try:
+            records = list(generate(pair, ids, cfg))
+        except ValueError as e:
+            raise gr.Error(str(e)) from e
+        s = summarize([records])
+        outputs[label] = [t for r in records for t in r.committed]
+        rows.append({"method": label, "tau": round(s.tau, 2) if s.steps else 1.0,
+                     "tokens/s": round(s.tokens_per_second, 1), "tokens": s.tokens})
+        base = rows[0]["tokens/s"] or 1.0
+        for row in rows:
+            row["speedup"] = round(row["tokens/s"] / base, 2)
+        same = all(o == outputs["Plain decoding (AR)"] for o in outputs.values())
+        verdict = ("All outputs are **identical** to plain decoding." if same else
+                   "Outputs differ from plain decoding" + (" (expected when sampling: each method draws different "
+                                                           "random numbers)." if temperature > 0 else "."))
+        yield rows, charts.compare_bars(rows), verdict
+
+
+def _fresh_state(state):
+    old = state or {}
+    return {"records": [], "texts": {}, "ar": old.get("ar", {}), "cost": old.get("cost")}
+
+
+def _session(request) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+HOW_IT_WORKS = """
+**DFlash** drafts a whole block at once: a small drafter reads the target's hidden states and, in *one*
+forward over `[bonus, MASK × L]`, gives a distribution q_i for each of the next L positions. Vanilla DFlash
+verifies only the argmax chain.
+
+**DDTree** builds the draft tree that maximises the expected number of accepted drafts under a node budget B.
+For a tree T, E[accepted] = Σ_{u∈T} q(u) with q(u) = Π q_i(u_i) (Proposition 1), so the best tree is the top-B
+prefixes by q(u): a best-first heap over rank tuples (next sibling, first child) pops them in order. The tree is
+verified in one target forward with an ancestor-only attention mask; the target walks it and the longest
+matching path is accepted, plus one token of its own (the bonus). Lossless at any temperature.
+
+**PRESTO** ranks paths with a prefix-aligned score S(u) = Σ log q_i(u_i) + λ · log p_ngram(u_i | path so far),
+since the drafter's q_i cannot see which token the path chose before position i.
+"""
+
+
+# ----- layout -------------------------------------------------------------------------------------------------
+
+with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
+    state = gr.State(None)
+    gr.Markdown("## 🌳 Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
+    with gr.Row():
+        with gr.Column(scale=1, min_width=320):
+            prompt = gr.Textbox(label="Prompt", lines=5, elem_id="prompt", value=EXAMPLES[0][0])
+            gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story")
+            method = gr.Dropdown(list(METHODS), value="DDTree", label="Method", elem_id="method")
+            budget = gr.Slider(1, min(512, MAX_BUDGET), value=32, step=1, label="Node budget B", elem_id="budget")
+            with gr.Row():
+                temperature = gr.Number(0.0, label="Temperature", minimum=0, elem_id="temperature")
+                top_p = gr.Number(1.0, label="Top-p", minimum=0, maximum=1)
+                top_k = gr.Number(0, label="Top-k (0 = off)", minimum=0, precision=0)
+            with gr.Row():
+                max_new = gr.Number(128, label="Max new tokens", minimum=1, maximum=2048, precision=0,
+                                    elem_id="max_new")
+                seed = gr.Number(0, label="Seed", minimum=0, precision=0)
+            pair_name = gr.Dropdown(usable_pairs(), value=usable_pairs()[0], label="Model pair (target + drafter)")
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                step_btn = gr.Button("Step", elem_id="step")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+        with gr.Column(scale=3):
+            text = gr.HTML(elem_id="out", label="Output")
+            metrics = gr.Markdown(elem_id="metrics")
+            tree = gr.Plot(label="Draft tree of the step", elem_id="tree")
+            slider = gr.Slider(0, 1, value=0, step=1, label="Step (replay any stored step)", elem_id="step_slider")
+            with gr.Tabs():
+                with gr.Tab("Acceptance vs budget"):
+                    budget_fig = gr.Plot(elem_id="budget_chart")
+                with gr.Tab("Per step"):
+                    tau_fig = gr.Plot()
+                    time_fig = gr.Plot()
+                with gr.Tab("Distributions"):
+                    hist_fig = gr.Plot()
+                    depth_fig = gr.Plot()
+                    calib_fig = gr.Plot()
+                with gr.Tab("Step views"):
+                    icicle_fig = gr.Plot()
+                    mask_fig = gr.Plot()
+                with gr.Tab("Compare"):
+                    compare_btn = gr.Button("Compare plain, chain, DDTree and PRESTO on this prompt",
+                                            elem_id="compare")
+                    compare_table = gr.Dataframe(headers=["method", "tau", "tokens/s", "tokens", "speedup"])
+                    compare_fig = gr.Plot()
+                    compare_note = gr.Markdown()
+                with gr.Tab("How it works"):
+                    explain = gr.Markdown(HOW_IT_WORKS)
+
+    # ----- wiring -------------------------------------------------------------------------------------------
+    settings = [prompt, method, budget, temperature, top_p, top_k, max_new, seed, pair_name, state]
+    outputs = [text, tree, slider, metrics, budget_fig, tau_fig, hist_fig, depth_fig, time_fig, calib_fig,
+               icicle_fig, mask_fig, explain, state]
+    run_event = run_btn.click(run, settings, outputs, concurrency_id="model", show_progress="minimal")
+    step_event = step_btn.click(step_once, settings, outputs, concurrency_id="model", show_progress="minimal")
+    slider.release(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain],
+                   concurrency_id="model")
+    compare_event = compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
+                                      [compare_table, compare_fig, compare_note], concurrency_id="model")
+    stop_btn.click(None, None, None, cancels=[run_event, step_event, compare_event])
+    demo.queue(max_size=16, default_concurrency_limit=1)
+
+
+if __name__ == "__main__":
+    get_pair(usable_pairs()[0])       # load (and on first use convert) the default before the first visitor
+    demo.launch(css=TOKEN_CSS, theme=gr.themes.Soft(primary_hue="green", secondary_hue="blue"))

@@ -1,0 +1,70 @@
+"""The target's verification-cost curve: forward latency against tree size, measured once per model, device and
+dtype and cached on disk (JSON, atomic). The app's speed-up estimate and the adaptive budget read it."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from core.kv_cache import cache_kwargs, crop_to, new_cache
+from core.verify import tree_inputs
+
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def cost_key(target) -> str:
+    cfg = getattr(target.config, "text_config", target.config)
+    name = Path(str(getattr(target.config, "_name_or_path", "") or cfg.model_type)).name
+    return (f"{name}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-{target.device.type}-"
+            f"{str(target.dtype).removeprefix('torch.')}")
+
+
+@torch.inference_mode()
+def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[int, float]:
+    """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context."""
+    from core.perf import _tree
+
+    vocab = target.get_input_embeddings().weight.shape[0]
+    cache = new_cache(target)
+    target(input_ids=torch.randint(0, vocab, (1, past_len), device=target.device), **cache_kwargs(target, cache))
+    out = {}
+    for n in sizes:
+        inputs = tree_inputs(_tree(n, vocab), past_len, target.dtype, target.device)
+        times = []
+        for _ in range(repeats + 1):
+            if target.device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            target(**inputs, **cache_kwargs(target, cache), output_hidden_states=True)
+            if target.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            crop_to(cache, past_len)
+        out[n] = statistics.median(times[1:]) * 1000
+    return out
+
+
+def cost_curve(target, folder: Path | None = None) -> dict[int, float]:
+    """The cached curve for this target, device and dtype; measured (a few seconds) when absent."""
+    from core.models import cache_dir
+
+    path = (folder or cache_dir() / "costs") / f"{cost_key(target)}.json"
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") == cost_key(target):
+            return {int(k): float(v) for k, v in data["ms"].items()}
+    except (OSError, ValueError, KeyError):
+        pass
+    curve = measure(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": cost_key(target), "ms": curve}))
+        os.replace(tmp, path)
+    except OSError:
+        pass   # an unwritable cache only costs a re-measurement next time
+    return curve

@@ -1,0 +1,44 @@
+"""The generated text as HTML: every token coloured by how it was produced, step boundaries marked.
+
+Green = a drafted token the target accepted; blue = the target's own token (the bonus after each accepted path,
+and the prefill's first token). Hover shows the step, the depth and the target's probability. Token text is
+escaped: it is data, never markup.
+"""
+from __future__ import annotations
+
+from viz import theme
+
+LEGEND = (f'<div class="legend"><span class="tok acc">accepted draft</span> '
+          f'<span class="tok bonus">target (bonus) token</span> <span class="stepmark">│</span> step boundary</div>')
+
+CSS = f"""
+.tokens {{ font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; line-height: 1.9;
+          white-space: pre-wrap; word-break: break-word; }}
+.tok {{ border-radius: 3px; padding: 1px 0; }}
+.tok.acc {{ background: {theme.ACCEPTED}22; border-bottom: 2px solid {theme.ACCEPTED}; }}
+.tok.bonus {{ background: {theme.BONUS}22; border-bottom: 2px solid {theme.BONUS}; }}
+.tok.first {{ box-shadow: -2px 0 0 #64748b; }}
+.legend {{ font-size: 12px; color: #475569; margin-bottom: 6px; }}
+.stepmark {{ color: #64748b; font-weight: bold; }}
+"""
+
+
+def token_html(records, texts: dict[int, str] | None = None) -> str:
+    """HTML for all committed tokens of the records (texts: optional per-id strings; default the step's text)."""
+    parts = [LEGEND, '<div class="tokens">']
+    for r in records:
+        pieces = [texts[t] for t in r.committed] if texts else _split(r)
+        for j, (tok, piece) in enumerate(zip(r.committed, pieces)):
+            kind = "acc" if j < r.accepted_drafts else "bonus"   # drafts first, then the target's bonus
+            first = " first" if j == 0 else ""
+            p = r.p_committed[j] if j < len(r.p_committed) else float("nan")
+            title = f"step {r.step}, {'accepted draft at depth ' + str(j + 1) if kind == 'acc' else 'target token'}" \
+                    f", id {tok}, p = {p:.3f}"
+            parts.append(f'<span class="tok {kind}{first}" title="{title}">{theme.escape(piece)}</span>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _split(record) -> list[str]:
+    # without per-token strings, show the step's text on its first token (keeps the output exact)
+    return [record.text] + [""] * (len(record.committed) - 1)
