@@ -36,6 +36,7 @@ UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine n
 MAX_PROMPT_CHARS = 20_000
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
 LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
+STOPPED: dict[str, float] = {}          # session -> when Stop was last pressed; runs end at the next step
 _LOAD_LOCK = threading.Lock()
 
 
@@ -96,11 +97,15 @@ def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict) -> float:
     return state["ar"][key]
 
 
-def metrics_md(records, ar_tps: float | None) -> str:
+def metrics_md(records, ar_tps: float | None, status: str = "done") -> str:
+    """The numbers that matter, with their definitions; status: running | stopped | done."""
     if not records:
         return ""
     s = summarize([records])
-    speed = f"{s.tokens_per_second / ar_tps:.2f}×" if ar_tps and s.steps else "measuring…" if s.steps else "–"
+    if ar_tps and s.steps:
+        speed = f"{s.tokens_per_second / ar_tps:.2f}×"
+    else:
+        speed = {"running": "measuring…", "stopped": "– (stopped)"}.get(status, "–")
     lines = [
         f"| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
         "|---:|---:|---:|---:|---|",
@@ -132,14 +137,14 @@ def explain_md(record, texts) -> str:
         f"`{html.escape(texts.get(record.bonus, '?'))}`: τ = {record.tau} for this step.")
 
 
-def _render(pair, records, state, ar_tps, full: bool):
+def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
     """UI values for the latest records (full=False skips the slow run-level charts)."""
     texts = _texts(pair, records, state["texts"])
     last = records[-1]
     tree = tree_figure(last, texts, title=f"step {last.step}: {last.tree.size} nodes, τ = {last.tau}")
     slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=len(records) - 1, step=1,
                        interactive=True)
-    out = [token_html(records, texts), tree, slider, metrics_md(records, ar_tps),
+    out = [token_html(records, texts), tree, slider, metrics_md(records, ar_tps, status),
            charts.budget_figure(records, state.get("cost"), _draft_ms(records))]
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
@@ -171,16 +176,22 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
         from core.costs import cost_curve
 
         state["cost"] = cost_curve(pair.target)
-    records, last = [], 0.0
+    records, last, started = [], 0.0, time.time()
     state["records"] = records
     for record in generate(pair, ids, cfg):
         records.append(record)
+        if STOPPED.get(_session(request), 0.0) > started:
+            break                                   # Stop: end cleanly between steps, keep what was made
         if time.perf_counter() - last >= UPDATE_INTERVAL:
-            yield _render(pair, records, state, None, full=False) + [state]
+            yield _render(pair, records, state, None, full=False, status="running") + [state]
             last = time.perf_counter()
-    ar_tps = _ar_speed(pair, ids, cfg, state) if cfg.method != "ar" else summarize([records]).tokens_per_second
+    stopped = STOPPED.get(_session(request), 0.0) > started
+    if cfg.method == "ar":
+        ar_tps = summarize([records]).tokens_per_second
+    else:
+        ar_tps = None if stopped else _ar_speed(pair, ids, cfg, state)
     state["ar_tps"] = ar_tps
-    yield _render(pair, records, state, ar_tps, full=True) + [state]
+    yield _render(pair, records, state, ar_tps, full=True, status="stopped" if stopped else "done") + [state]
 
 
 def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, pair_name, state,
@@ -208,7 +219,8 @@ def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, 
     state["records"] = live[2]
     if not live[2]:
         return [gr.skip()] * 13 + [state]
-    return _render(pair, live[2], state, state.get("ar_tps"), full=True) + [state]
+    status = "done" if live[2][-1].finish else "running"
+    return _render(pair, live[2], state, state.get("ar_tps"), full=True, status=status) + [state]
 
 
 def show_step(k, pair_name, state):
@@ -224,12 +236,15 @@ def show_step(k, pair_name, state):
             charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts)]
 
 
-def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name):
+def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, request: gr.Request = None):
     """Plain decoding, chain, DDTree and PRESTO on the same prompt and settings."""
     pair = get_pair(pair_name)
     ids = _prompt_ids(pair, prompt)
     rows, outputs = [], {}
+    started = time.time()
     for label in ("Plain decoding (AR)", "DFlash chain", "DDTree", "PRESTO"):
+        if STOPPED.get(_session(request), 0.0) > started:
+            return
         cfg = _settings(label, budget, temperature, top_p, top_k, max_new, seed)
         try:
             records = list(generate(pair, ids, cfg))
@@ -252,6 +267,12 @@ def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name)
 def _fresh_state(state):
     old = state or {}
     return {"records": [], "texts": {}, "ar": old.get("ar", {}), "cost": old.get("cost")}
+
+
+def stop(request: gr.Request = None):
+    """Runs and comparisons end at their next step; a half-stepped Step generation is dropped."""
+    STOPPED[_session(request)] = time.time()
+    LIVE.pop(_session(request), None)
 
 
 def _session(request) -> str:
@@ -278,7 +299,7 @@ since the drafter's q_i cannot see which token the path chose before position i.
 
 with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     state = gr.State(None)
-    gr.Markdown("## 🌳 Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
+    gr.Markdown("## Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
     with gr.Row():
         with gr.Column(scale=1, min_width=320):
             prompt = gr.Textbox(label="Prompt", lines=5, elem_id="prompt", value=EXAMPLES[0][0])
@@ -329,13 +350,16 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     settings = [prompt, method, budget, temperature, top_p, top_k, max_new, seed, pair_name, state]
     outputs = [text, tree, slider, metrics, budget_fig, tau_fig, hist_fig, depth_fig, time_fig, calib_fig,
                icicle_fig, mask_fig, explain, state]
-    run_event = run_btn.click(run, settings, outputs, concurrency_id="model", show_progress="minimal")
-    step_event = step_btn.click(step_once, settings, outputs, concurrency_id="model", show_progress="minimal")
-    slider.release(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain],
-                   concurrency_id="model")
-    compare_event = compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
+    # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
+    run_btn.click(run, settings, outputs, concurrency_id="model", show_progress="minimal",
+                              trigger_mode="always_last")
+    step_btn.click(step_once, settings, outputs, concurrency_id="model", show_progress="minimal",
+                                trigger_mode="always_last")
+    slider.input(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain],
+                 concurrency_id="model", trigger_mode="always_last", show_progress="hidden")
+    compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
                                       [compare_table, compare_fig, compare_note], concurrency_id="model")
-    stop_btn.click(None, None, None, cancels=[run_event, step_event, compare_event])
+    stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
     demo.queue(max_size=16, default_concurrency_limit=1)
 
 

@@ -1,0 +1,115 @@
+"""The launched app on the embedded default: through `gradio_client` (streaming, cancel) and in a real headless
+Chromium driven by Playwright (type, run, tree with its accepted path, step slider, Stop, no console errors,
+nothing leaves localhost, a screenshot under test-output/)."""
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+OUT = Path(__file__).resolve().parent.parent / "test-output"
+PROMPT = "Write a Python function that checks whether a string is a palindrome."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    import app
+
+    app.get_pair("smollm2-135m")
+    _, local_url, _ = app.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
+                                      quiet=True, css=app.TOKEN_CSS)
+    yield local_url
+    app.demo.close()
+
+
+def test_client_streams_and_cancels(url):
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    args = (PROMPT, "DDTree", 16, 0.0, 1.0, 0, 24, 0, "smollm2-135m")
+    job = client.submit(*args, api_name="/run")
+    outs = job.result(timeout=300) and job.outputs()
+    assert len(outs) >= 1 and "τ" in outs[-1][3]
+    ar = client.submit(PROMPT, "Plain decoding (AR)", 16, 0.0, 1.0, 0, 24, 0, "smollm2-135m", api_name="/run")
+    ar.result(timeout=300)
+    assert _text(outs[-1][0]) == _text(ar.outputs()[-1][0])                  # lossless: same text as plain
+    long = client.submit(PROMPT, "DDTree", 16, 0.0, 1.0, 0, 1500, 0, "smollm2-135m", api_name="/run")
+    deadline = time.time() + 120
+    while not long.outputs() and time.time() < deadline:
+        time.sleep(0.1)
+    long.cancel()                                                              # a client that goes away
+    t0 = time.time()
+    again = client.submit(*args, api_name="/run")
+    again.result(timeout=300)
+    assert time.time() - t0 < 120                                              # the queue was freed
+    assert _text(again.outputs()[-1][0]) == _text(outs[-1][0])
+    # Stop (the button's endpoint) ends a long run at its next step, keeping what was generated
+    long = client.submit(PROMPT, "DDTree", 16, 0.0, 1.0, 0, 1500, 0, "smollm2-135m", api_name="/run")
+    while not long.outputs() and time.time() < deadline + 120:
+        time.sleep(0.1)
+    client.predict(api_name="/stop")
+    long.result(timeout=60)
+    final = long.outputs()[-1]
+    assert "stopped" in final[3] and 0 < len(_text(final[0]))
+    client.close()
+
+
+def _text(html: str) -> str:
+    import re
+
+    body = html.split('<div class="tokens">', 1)[1]
+    return re.sub(r"<[^>]+>", "", body)
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed by .ci/run")
+def test_browser_end_to_end(url):
+    from playwright.sync_api import expect, sync_playwright
+
+    OUT.mkdir(exist_ok=True)
+    errors, outside = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                          "--disable-background-networking", "--disable-component-update",
+                                          "--disable-default-apps", "--disable-extensions", "--disable-sync",
+                                          "--no-first-run", "--disable-quic"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
+            ("http://127.0.0.1", "http://localhost", "data:", "blob:", "ws://127.0.0.1")) else None)
+        page.goto(url)
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#max_new input").fill("40")
+        page.locator("#run").click()
+        expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=120_000)
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)     # the final update
+        expect(page.locator("#out")).to_contain_text("def", timeout=10_000)
+        title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+        assert not page.evaluate(title).startswith("step 1:")
+        page.locator("#step_slider input[type=range]").fill("1")                # replay step 1
+        page.wait_for_function(f"{title}.startsWith('step 1:')", timeout=60_000)
+        data = "document.querySelector('#tree .js-plotly-plot').data"
+        assert page.evaluate(f"() => {data}.length") == 4                        # edges, nodes, path, bonus
+        assert page.evaluate(f"() => {data}[1].x.length") == 33                  # root + the default budget of 32
+        assert page.evaluate(f"() => {data}[2].x.length") >= 1                   # the accepted path
+        page.screenshot(path=str(OUT / "app.png"), full_page=True)
+        # a long run, stopped part-way: the app stays responsive and the next run works
+        page.locator("#max_new input").fill("1500")
+        page.locator("#run").click()
+        page.wait_for_timeout(4000)
+        page.locator("#stop").click()
+        page.locator("#max_new input").fill("20")
+        page.locator("#run").click()
+        page.wait_for_timeout(1000)
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        browser.close()
+    assert not errors, errors
+    assert not outside, outside
