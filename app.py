@@ -13,6 +13,13 @@ import time
 import gradio as gr
 import torch
 
+try:                                    # Hugging Face ZeroGPU Spaces: a GPU is attached per decorated call
+    import spaces
+    gpu = spaces.GPU(duration=120)
+except ImportError:                     # local machines, CPU Spaces, CI
+    def gpu(fn):
+        return fn
+
 from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
 from core.engine import check_inputs, generate
 from core.models import ModelLoadError, encode_chat, load_pair
@@ -160,6 +167,7 @@ def _draft_ms(records):
     return 1000 * sum(r.seconds["draft"] for r in steps) / len(steps) if steps else None
 
 
+@gpu
 def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, pair_name, state,
         request: gr.Request = None):
     """Decode the prompt, streaming one UI update per step (throttled); ends with the speed-up."""
@@ -194,6 +202,7 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
     yield _render(pair, records, state, ar_tps, full=True, status="stopped" if stopped else "done") + [state]
 
 
+@gpu
 def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, pair_name, state,
               request: gr.Request = None):
     """Advance exactly one decoding step (the first press runs the prefill)."""
@@ -236,6 +245,7 @@ def show_step(k, pair_name, state):
             charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts)]
 
 
+@gpu
 def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, request: gr.Request = None):
     """Plain decoding, chain, DDTree and PRESTO on the same prompt and settings."""
     pair = get_pair(pair_name)

@@ -71,8 +71,10 @@ def main(argv=None) -> int:
         print(f"\nerror: {e}", file=sys.stderr)
         return 2
     s = summarize([records])
+    why = {"stop": "end of reply", "length": f"--max-new-tokens {cfg.max_new_tokens} reached",
+           "context": "the model's context window is full"}.get(records[-1].finish, records[-1].finish)
     print(f"\n\n--- {args.method} budget={cfg.budget} T={cfg.temperature} | {s.tokens} tokens, {s.steps} target "
-          f"forwards after the prefill, finish={records[-1].finish}")
+          f"forwards after the prefill; stopped: {why}")
     print(f"tau (tokens per target forward, bonus counted) = {s.tau:.2f}   expected from the tree (1 + sum q) = "
           f"{s.expected_tau:.2f}" + (f"   oracle = {s.oracle_tau:.2f}" if s.oracle_tau else ""))
     print(f"decode {s.tokens_per_second:.1f} tokens/s (prefill {s.prefill_seconds * 1000:.0f} ms excluded)   "

@@ -3,6 +3,7 @@
     python -m core.perf ar-vs-generate   # our `ar` loop against transformers `generate`, greedy, same prompts
     python -m core.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
     python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
+    python -m core.perf app-overhead     # a run streamed through the app's handler against the bare loop
 
 Medians over repeats; the machine is shared and noisy, so read the ratios.
 """
@@ -114,9 +115,36 @@ def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, dra
               f"{s.phase_shares['verify']:.1%} | {s.phase_shares['draft']:.1%} |")
 
 
+def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
+    """Wall time of a whole run streamed through the app's handler (figures built, throttled updates) against
+    the bare engine loop the CLI runs, same prompts and settings; the app's post-run plain-decoding
+    measurement is excluded (it is a separate baseline run)."""
+    import app
+    from core.engine import run
+    from core.models import encode_chat
+
+    pair = app.get_pair("smollm2-135m")
+    app._ar_speed = lambda *a, **k: 1.0
+    ratios = []
+    for rep in range(repeats + 1):
+        for text in PROMPTS:
+            ids = encode_chat(pair.tokenizer, text)
+            t0 = time.perf_counter()
+            records = run(pair, ids, DecodeConfig(method="ddtree", budget=budget, max_new_tokens=new_tokens))
+            cli = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            updates = list(app.run(text, "DDTree", budget, 0.0, 1.0, 0, new_tokens, 0, "smollm2-135m", None))
+            ui = time.perf_counter() - t0
+            assert len(updates[-1][-1]["records"]) == len(records)
+            if rep:
+                ratios.append(cli / ui)
+    print(f"| app speed / CLI speed (median of {len(ratios)} paired runs) | {statistics.median(ratios):.3f} |\n"
+          f"| min | {min(ratios):.3f} |")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost"])
+    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost", "app-overhead"])
     ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
@@ -134,6 +162,8 @@ def main(argv=None) -> None:
         ar_vs_generate(args.dtype, args.new_tokens, args.repeats)
     elif args.what == "verify-latency":
         verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
+    elif args.what == "app-overhead":
+        app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:
         tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, args.dtype, args.drafter)
 
