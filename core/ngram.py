@@ -161,8 +161,10 @@ def main(argv=None) -> None:
     b.add_argument("--vocab", type=int, default=49152)
     args = ap.parse_args(argv)
     from core.training.data import load_sequences
+    from core.training.prompts import is_held_out, training_prompts
 
-    seqs = [s.ids[s.prompt_len:] for s in load_sequences(args.data)]
+    allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}   # never an evaluation prompt's reply
+    seqs = [s.ids[s.prompt_len:] for s in load_sequences(args.data) if s.key in allowed]
     table = NgramTable.build(seqs, args.order, args.vocab)
     table.save(args.out)
     print(f"{sum(len(s) for s in seqs)} tokens from {len(seqs)} replies -> {args.out} "

@@ -77,3 +77,27 @@ def test_training_prompts_exclude_evaluation_prompts():
     assert len(evals) > 1319 + 164
     assert not (set(evals) & (train | train_raw))
     assert len(train) > 8000
+
+
+def test_replies_archive_round_trips_without_prompt_text(tmp_path):
+    from core.models import encode_chat, load_tokenizer
+    from core.training.data import export_replies, load_sequences
+    from core.training.generate_data import done_keys, write_shard
+    from core.training.prompts import training_prompts
+
+    tok = load_tokenizer()
+    prompts = training_prompts()[:3]
+    rows = []
+    for i, p in enumerate(prompts):
+        ids = encode_chat(tok, p.text)
+        rows.append({"key": p.key, "ids": ids + [100 + i, 200 + i, 2], "prompt_len": len(ids), "sampled": False})
+    shards, archive = tmp_path / "shards", tmp_path / "archive"
+    shards.mkdir(), archive.mkdir()
+    write_shard(shards, 0, rows, len(tok))
+    assert export_replies(shards, archive / "replies-x.npz") == 3
+    data = np.load(archive / "replies-x.npz")
+    assert data["ids"].tolist() == [100, 200, 2, 101, 201, 2, 102, 202, 2]      # replies only
+    rebuilt = {s.key: s for s in load_sequences(archive, min_reply=1, tokenizer=tok)}
+    for s in load_sequences(shards, min_reply=1):
+        assert np.array_equal(rebuilt[s.key].ids, s.ids) and rebuilt[s.key].prompt_len == s.prompt_len
+    assert done_keys(archive) == {p.key for p in prompts}                       # generation resumes past them

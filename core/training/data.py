@@ -20,8 +20,12 @@ class Sequence:
     prompt_len: int
 
 
-def load_sequences(folder: str | Path, min_reply: int = 8) -> list[Sequence]:
+def load_sequences(folder: str | Path, min_reply: int = 8, tokenizer=None) -> list[Sequence]:
+    """Sequences from `generate_data` shards, plus replies-only archives (prompts rebuilt from their keys with
+    `tokenizer`; archives carry no prompt text, so shared prompt sets are never redistributed)."""
     out = []
+    if tokenizer is not None:
+        out += _from_replies(sorted(Path(folder).glob("replies-*.npz")), tokenizer, min_reply)
     for f in sorted(Path(folder).glob("shard-*.npz")):
         d = np.load(f, allow_pickle=False)
         starts = np.concatenate([[0], np.cumsum(d["lengths"])])
@@ -29,6 +33,33 @@ def load_sequences(folder: str | Path, min_reply: int = 8) -> list[Sequence]:
             ids = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
             if len(ids) - int(d["prompt_lengths"][i]) >= min_reply:
                 out.append(Sequence(key, ids, int(d["prompt_lengths"][i])))
+    return list({s.key: s for s in out}.values())      # a prompt in both an archive and a shard counts once
+
+
+def export_replies(folder: str | Path, out: str | Path) -> int:
+    """Write the replies of every shard (no prompt tokens) into one compact archive; returns the reply count."""
+    seqs = load_sequences(folder, min_reply=1)
+    replies = [s.ids[s.prompt_len:] for s in seqs]
+    np.savez_compressed(out, keys=np.asarray([s.key for s in seqs]),
+                        lengths=np.asarray([len(r) for r in replies], dtype=np.int64),
+                        ids=np.concatenate(replies).astype(np.uint16))
+    return len(seqs)
+
+
+def _from_replies(files, tokenizer, min_reply: int) -> list[Sequence]:
+    from core.models import encode_chat
+    from core.training.prompts import training_prompts
+
+    text = {p.key: p.text for p in training_prompts()}
+    out = []
+    for f in files:
+        d = np.load(f, allow_pickle=False)
+        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
+        for i, key in enumerate(d["keys"].tolist()):
+            reply = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
+            if key in text and len(reply) >= min_reply:
+                prompt = np.asarray(encode_chat(tokenizer, text[key]), dtype=np.int64)
+                out.append(Sequence(key, np.concatenate([prompt, reply]), len(prompt)))
     return out
 
 

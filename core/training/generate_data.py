@@ -23,6 +23,8 @@ from core.training.prompts import is_held_out, training_prompts
 
 def done_keys(out: Path) -> set[str]:
     keys = set()
+    for f in sorted(out.glob("replies-*.npz")):     # an archive from export_replies (e.g. copied from assets/)
+        keys.update(np.load(f, allow_pickle=False)["keys"].tolist())
     for f in sorted(out.glob("shard-*.npz")):
         try:
             keys.update(np.load(f, allow_pickle=False)["keys"].tolist())
@@ -95,7 +97,14 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", help="bf16 (fast on AMX CPUs) or fp32")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export-replies", default=None,
+                    help="instead of generating: write the replies of --out's shards (no prompts) to this .npz")
     args = ap.parse_args()
+    if args.export_replies:
+        from core.training.data import export_replies
+
+        print(f"{export_replies(args.out, args.export_replies)} replies -> {args.export_replies}")
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     generate(args)

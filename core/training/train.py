@@ -134,7 +134,8 @@ def train(args) -> None:
     acc_c = torch.zeros(args.block_size - 1)
     acc_n = torch.zeros(args.block_size - 1)
     while state["step"] < args.steps:
-        seqs = [s for s in load_sequences(args.data) if len(s.ids) <= args.max_len and s.key in allowed]
+        seqs = [s for s in load_sequences(args.data, tokenizer=tok)
+                if len(s.ids) <= args.max_len and s.key in allowed]
         rng.shuffle(seqs)
         for i in range(0, len(seqs) - args.accum + 1, args.accum):
             for g in opt.param_groups:
