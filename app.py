@@ -156,10 +156,20 @@ def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
                 charts.time_breakdown(records), charts.calibration(records), charts.icicle(last, texts),
-                charts.mask_heatmap(last, texts), explain_md(last, texts)]
+                charts.mask_heatmap(last, texts), explain_md(last, texts), tree]
     else:
-        out += [gr.skip()] * 8
+        out += [gr.skip()] * 9
     return out
+
+
+def _guarded(steps):
+    """The engine's records; any failure reaches the user as a readable message, and the app stays up."""
+    try:
+        yield from steps
+    except ValueError as e:
+        raise gr.Error(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - an unexpected fault must not kill the page
+        raise gr.Error(f"The run failed ({type(e).__name__}: {e}). Try a smaller budget or fewer tokens.") from e
 
 
 def _draft_ms(records):
@@ -186,7 +196,7 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
         state["cost"] = cost_curve(pair.target)
     records, last, started = [], 0.0, time.time()
     state["records"] = records
-    for record in generate(pair, ids, cfg):
+    for record in _guarded(generate(pair, ids, cfg)):
         records.append(record)
         if STOPPED.get(_session(request), 0.0) > started:
             break                                   # Stop: end cleanly between steps, keep what was made
@@ -217,7 +227,7 @@ def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, 
             check_inputs(pair, ids, cfg)
         except ValueError as e:
             raise gr.Error(str(e)) from e
-        live = (key, generate(pair, ids, cfg), [])
+        live = (key, _guarded(generate(pair, ids, cfg)), [])
         LIVE[_session(request)] = live
         state = _fresh_state(state)
     record = next(live[1], None)
@@ -227,7 +237,7 @@ def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, 
         live[2].append(record)
     state["records"] = live[2]
     if not live[2]:
-        return [gr.skip()] * 13 + [state]
+        return [gr.skip()] * 14 + [state]
     status = "done" if live[2][-1].finish else "running"
     return _render(pair, live[2], state, state.get("ar_tps"), full=True, status=status) + [state]
 
@@ -236,13 +246,13 @@ def show_step(k, pair_name, state):
     """Replay a stored step: its tree, icicle, mask and explanation."""
     records = (state or {}).get("records") or []
     if not records:
-        return [gr.skip()] * 4
+        return [gr.skip()] * 5
     k = int(min(max(0, k or 0), len(records) - 1))
     pair = get_pair(pair_name)
     texts = _texts(pair, records[: k + 1], state["texts"])
     r = records[k]
-    return [tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}"),
-            charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts)]
+    fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}")
+    return [fig, charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts), fig]
 
 
 @gpu
@@ -256,10 +266,7 @@ def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name,
         if STOPPED.get(_session(request), 0.0) > started:
             return
         cfg = _settings(label, budget, temperature, top_p, top_k, max_new, seed)
-        try:
-            records = list(generate(pair, ids, cfg))
-        except ValueError as e:
-            raise gr.Error(str(e)) from e
+        records = list(_guarded(generate(pair, ids, cfg)))
         s = summarize([records])
         outputs[label] = [t for r in records for t in r.committed]
         rows.append({"method": label, "tau": round(s.tau, 2) if s.steps else 1.0,
@@ -355,17 +362,20 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                     compare_note = gr.Markdown()
                 with gr.Tab("How it works"):
                     explain = gr.Markdown(HOW_IT_WORKS)
+                    gr.Markdown("The current step's tree, coloured by q(u): Σ over its nodes is the expected "
+                                "number of accepted drafts; the green path is what the target accepted.")
+                    explain_tree = gr.Plot()
 
     # ----- wiring -------------------------------------------------------------------------------------------
     settings = [prompt, method, budget, temperature, top_p, top_k, max_new, seed, pair_name, state]
     outputs = [text, tree, slider, metrics, budget_fig, tau_fig, hist_fig, depth_fig, time_fig, calib_fig,
-               icicle_fig, mask_fig, explain, state]
+               icicle_fig, mask_fig, explain, explain_tree, state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
     run_btn.click(run, settings, outputs, concurrency_id="model", show_progress="minimal",
                               trigger_mode="always_last")
     step_btn.click(step_once, settings, outputs, concurrency_id="model", show_progress="minimal",
                                 trigger_mode="always_last")
-    slider.input(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain],
+    slider.input(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain, explain_tree],
                  concurrency_id="model", trigger_mode="always_last", show_progress="hidden")
     compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
                                       [compare_table, compare_fig, compare_note], concurrency_id="model")

@@ -97,7 +97,7 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
     assert [r.step for r in records] == list(range(len(records)))
     assert "τ" in updates[-1][3] and "speed-up" in updates[-1][3]
     # replay an earlier step from the stored records
-    tree, icicle, mask, explain = app.show_step(1, "tiny", state)
+    tree, icicle, mask, explain, _ = app.show_step(1, "tiny", state)
     assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain
     # Step: exactly one decoding step per press, the first being the prefill
     s = None
@@ -123,3 +123,18 @@ def test_app_bad_input_is_a_readable_error(monkeypatch, args, match):
     monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
     with pytest.raises(gr.Error, match=match):
         list(app.run(*args, None))
+
+
+def test_app_compare_reports_identical_outputs(monkeypatch):
+    import warnings
+
+    import app
+    from tests.conftest import tiny_pair
+
+    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        updates = list(app.compare("0 5 6 7 8", 16, 0.0, 1.0, 0, 20, 0, "tiny"))
+    rows, fig, verdict = updates[-1]
+    assert [r["method"] for r in rows] == ["Plain decoding (AR)", "DFlash chain", "DDTree", "PRESTO"]
+    assert rows[0]["speedup"] == 1.0 and "identical" in verdict and len(fig.data) == 3

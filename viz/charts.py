@@ -152,11 +152,16 @@ def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:
 
 
 def compare_bars(rows: list[dict]) -> go.Figure:
+    """τ, tokens/s and speed-up per method, side by side."""
+    from plotly.subplots import make_subplots
+
     names = [r["method"] for r in rows]
-    fig = go.Figure([go.Bar(x=names, y=[r["tau"] for r in rows], name="τ", marker_color=theme.ACCEPTED),
-                     go.Bar(x=names, y=[r["speedup"] for r in rows], name="speed-up ×", marker_color=theme.BONUS)])
-    fig.update_layout(**theme.layout(title="Compare methods (same prompt and settings)", barmode="group",
-                                     showlegend=True))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("τ (tokens / target forward)", "tokens/s", "speed-up ×"))
+    for col, (key, color) in enumerate((("tau", theme.ACCEPTED), ("tokens/s", "#8b5cf6"),
+                                        ("speedup", theme.BONUS)), start=1):
+        fig.add_bar(x=names, y=[r[key] for r in rows], marker_color=color, row=1, col=col,
+                    hovertemplate="%{x}: %{y}<extra></extra>")
+    fig.update_layout(**theme.layout(title="Compare methods (same prompt and settings)", height=360))
     return fig
 
 
