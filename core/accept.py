@@ -21,9 +21,12 @@ class Acceptance:
     p_tokens: list[float]  # target probability of each emitted token: accepted drafts, then the bonus
 
 
+GREEDY_BELOW = 1e-5   # temperatures below this decode greedily (as the DDTree reference code does)
+
+
 def warp(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
     """[..., V] sampling probabilities: temperature, then top-k, then top-p (the order of HF's warpers)."""
-    scores = logits.float() / temperature
+    scores = logits.float() / max(temperature, GREEDY_BELOW)
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -31,6 +34,7 @@ def warp(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: in
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p >= top_p    # keep the smallest set whose mass reaches top_p
+        drop[..., 0] = False                              # and always the most likely token
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
         probs = probs / probs.sum(-1, keepdim=True)
@@ -67,7 +71,7 @@ def accept_sample(tree: DraftTree, logits: torch.Tensor, temperature: float, top
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, top_k: int,
                  generator: torch.Generator) -> tuple[int, float]:
     """One token from the target's last-position logits [V] (the prefill), with its probability."""
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:
         x = int(logits.argmax())
         return x, float(torch.softmax(logits.float(), -1)[x])
     probs = warp(logits, temperature, top_p, top_k)

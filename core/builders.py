@@ -17,19 +17,27 @@ import numpy as np
 from core.tree import DraftTree
 
 
+def clean(logq: np.ndarray) -> np.ndarray:
+    """Log-probabilities as builders need them: <= 0 (so scores never grow along a path) and NaN-free (-inf)."""
+    return np.nan_to_num(np.minimum(logq.astype(np.float32), 0.0), nan=-np.inf)
+
+
 def build_chain(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int) -> DraftTree:
     """The argmax path, min(budget, L) deep."""
+    if logq.shape[1] == 0:
+        return DraftTree([bonus], [-1], [0], [-1], [0.0], [0.0], [0.0])
     depth = max(0, min(budget, logq.shape[0]))
-    prefix = np.concatenate([[0.0], np.cumsum(logq[:depth, 0].astype(np.float64))]).tolist()
+    best = clean(logq[:depth, 0]).astype(np.float64)          # [depth] the argmax path's log q
+    prefix = np.concatenate([[0.0], np.cumsum(best)]).tolist()
     return DraftTree(tokens=[bonus] + tokens[:depth, 0].tolist(), parents=list(range(-1, depth)),
                      depths=list(range(depth + 1)), ranks=[-1] + [0] * depth,
-                     logq=[0.0] + logq[:depth, 0].astype(np.float64).tolist(), prefix_logq=prefix, score=prefix)
+                     logq=[0.0] + best.tolist(), prefix_logq=prefix, score=prefix)
 
 
 def build_ddtree(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int) -> DraftTree:
     """The top-`budget` prefixes by q(u), in pop order (so any prefix of the node list is the smaller tree)."""
     n_pos, k = logq.shape
-    lq = logq.astype(np.float64).tolist()   # Python floats: the score of a node is its parent's plus one term
+    lq = clean(logq).astype(np.float64).tolist()   # Python floats: a node's score is its parent's plus one term
     tok = tokens.tolist()
     out = DraftTree([bonus], [-1], [0], [-1], [0.0], [0.0], [0.0])
     if budget <= 0 or n_pos == 0 or k == 0:

@@ -18,7 +18,7 @@ MAX_BUDGET = 1024  # verification cost grows ~linearly past 64 nodes; beyond thi
 class DecodeConfig:
     method: str = "ddtree"       # ar (plain decoding) | chain (vanilla DFlash) | ddtree | presto | presto-beam
     budget: int = 64             # draft-tree nodes B, the root (bonus token) not counted
-    temperature: float = 0.0     # 0 = greedy; > 0 samples from the (top-p / top-k warped) target
+    temperature: float = 0.0     # 0 (or < 1e-5) = greedy; > 0 samples from the (top-p / top-k warped) target
     top_p: float = 1.0           # nucleus mass kept, in (0, 1]
     top_k: int = 0               # 0 = off
     max_new_tokens: int = 256

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import torch
 
-from core.accept import accept_greedy, accept_sample, sample_token
+from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token
 from core.builders import BUILDERS, NESTED
 from core.config import DecodeConfig
 from core.dflash import DraftKV, extract_features
@@ -79,7 +79,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
             verification = verify(target, tree, cache, past_len, layer_ids)
         # 4) accept: walk the tree with the target's choices; 5) keep only the accepted path's KV
         with timed(seconds, "accept", sync):
-            if cfg.temperature == 0:
+            if cfg.temperature < GREEDY_BELOW:
                 acceptance = accept_greedy(tree, verification.logits)
             else:
                 acceptance = accept_sample(tree, verification.logits, cfg.temperature, cfg.top_p, cfg.top_k, gen)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.builders import _append
+from core.builders import _append, clean
 from core.tree import DraftTree, root_only
 
 
@@ -51,6 +51,7 @@ def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, 
                  lam: float, entropy: np.ndarray | None = None) -> DraftTree:
     """The top-`budget` nodes under S, best first (the exact optimum of S over the K-ary lattice)."""
     n_pos, k = logq.shape
+    logq = clean(logq)
     out = root_only(bonus)
     if budget <= 0 or n_pos == 0 or k == 0:
         return out
@@ -80,6 +81,7 @@ def build_presto_beam(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: 
                       lam: float, beam_width: int, entropy: np.ndarray | None = None) -> DraftTree:
     """Beam search (W per depth) with global retention; the tree is the top-`budget` of every generated node."""
     n_pos, k = logq.shape
+    logq = clean(logq)
     if budget <= 0 or n_pos == 0 or k == 0:
         return root_only(bonus)
     scorer = _Scorer(logq, tokens, list(context), ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram
