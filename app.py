@@ -24,7 +24,7 @@ from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
 from core.engine import check_inputs, generate
 from core.models import ModelLoadError, encode_chat, load_pair
 from core.records import summarize
-from viz import charts, theme
+from viz import charts
 from viz.tokens import CSS as TOKEN_CSS
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
@@ -140,8 +140,8 @@ def explain_md(record, texts) -> str:
         f"builder kept **{t.size} nodes** whose prefix probabilities sum to **{t.expected_accepted:.2f}** — the "
         f"expected number of accepted drafts (Proposition 1). One target forward verified all {t.size + 1} "
         f"tokens with the ancestor-only mask; the walk accepted **{record.accepted_drafts}** drafts "
-        f"(`{html.escape(acc)}`) and the target added the bonus token "
-        f"`{html.escape(texts.get(record.bonus, '?'))}`: τ = {record.tau} for this step.")
+        f"(<code>{html.escape(acc)}</code>) and the target added the bonus token "
+        f"<code>{html.escape(texts.get(record.bonus, '?'))}</code>: τ = {record.tau} for this step.")
 
 
 def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
