@@ -1,0 +1,26 @@
+"""No remote code, no pickle: checkpoints are safetensors, arrays are loaded with allow_pickle=False, and the app
+takes model pairs only from the operator's registry (a dropdown), never a typed id or path."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = [p for p in list((ROOT / "core").rglob("*.py")) + list((ROOT / "viz").rglob("*.py")) + [ROOT / "app.py"]]
+
+
+def test_no_remote_code_and_no_pickle():
+    for path in SOURCES:
+        text = path.read_text()
+        assert not re.search(r"trust_remote_code\s*=\s*True", text), path
+        assert "torch.load(" not in text and "import pickle" not in text, path
+        for call in re.findall(r"np\.load\([^)]*\)", text):
+            assert "allow_pickle=False" in call, (path, call)
+
+
+def test_app_model_choice_is_the_registry():
+    import app
+    from core.config import MODEL_PAIRS
+
+    assert set(app.usable_pairs()) <= set(MODEL_PAIRS)
+    dropdowns = [b for b in app.demo.blocks.values() if type(b).__name__ == "Dropdown"]
+    pair_box = next(d for d in dropdowns if d.label.startswith("Model pair"))
+    assert not pair_box.allow_custom_value
