@@ -40,6 +40,7 @@ EXAMPLES = [
     ["Write a short story about a robot who learns to paint."],
 ]
 UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine never waits for the UI)
+FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set while a run streams
 MAX_PROMPT_CHARS = 20_000
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
 LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
@@ -194,15 +195,18 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
         from core.costs import cost_curve
 
         state["cost"] = cost_curve(pair.target)
-    records, last, started = [], 0.0, time.time()
+    records, last, last_full, started = [], 0.0, 0.0, time.time()
     state["records"] = records
     for record in _guarded(generate(pair, ids, cfg)):
         records.append(record)
         if STOPPED.get(_session(request), 0.0) > started:
             break                                   # Stop: end cleanly between steps, keep what was made
-        if time.perf_counter() - last >= UPDATE_INTERVAL:
-            yield _render(pair, records, state, None, full=False, status="running") + [state]
+        now = time.perf_counter()
+        if now - last >= UPDATE_INTERVAL:           # text, tree, numbers and budget curve at every update
+            full = now - last_full >= FULL_INTERVAL  # the other charts less often: decoding stays fast
+            yield _render(pair, records, state, None, full=full, status="running") + [state]
             last = time.perf_counter()
+            last_full = last if full else last_full
     stopped = STOPPED.get(_session(request), 0.0) > started
     if cfg.method == "ar":
         ar_tps = summarize([records]).tokens_per_second
