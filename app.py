@@ -115,7 +115,7 @@ def metrics_md(records, ar_tps: float | None, status: str = "done") -> str:
     else:
         speed = {"running": "measuring…", "stopped": "– (stopped)"}.get(status, "–")
     lines = [
-        f"| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
+        "| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
         "|---:|---:|---:|---:|---|",
         f"| **{s.tau:.2f}** | {s.tokens_per_second:.1f} | {speed} | {max(0, s.tokens - 1 - s.steps)} of "
         f"{s.tokens - 1} | " + " / ".join(f"{s.phase_shares[p]:.0%}" for p in ("draft", "tree", "verify", "accept"))
@@ -149,7 +149,7 @@ def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
     """UI values for the latest records (full=False skips the slow run-level charts)."""
     texts = _texts(pair, records, state["texts"])
     last = records[-1]
-    tree = tree_figure(last, texts, title=f"step {last.step}: {last.tree.size} nodes, τ = {last.tau}")
+    tree = _step_tree(last, texts)
     slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=len(records) - 1, step=1,
                        interactive=True)
     out = [token_html(records, texts), tree, slider, metrics_md(records, ar_tps, status),
@@ -161,6 +161,10 @@ def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
     else:
         out += [gr.skip()] * 9
     return out
+
+
+def _step_tree(record, texts):
+    return tree_figure(record, texts, title=f"step {record.step}: {record.tree.size} nodes, τ = {record.tau}")
 
 
 def _guarded(steps):
@@ -255,7 +259,7 @@ def show_step(k, pair_name, state):
     pair = get_pair(pair_name)
     texts = _texts(pair, records[: k + 1], state["texts"])
     r = records[k]
-    fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}")
+    fig = _step_tree(r, texts)
     return [fig, charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts), fig]
 
 

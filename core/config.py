@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 METHODS = ("ar", "chain", "ddtree", "presto", "presto-beam")
 TREE_METHODS = ("ddtree", "presto", "presto-beam")

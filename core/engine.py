@@ -15,7 +15,7 @@ from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block
 from core.kv_cache import cache_kwargs, compact, new_cache
 from core.records import StepRecord, timed
-from core.tree import DraftTree, root_only
+from core.tree import root_only
 from core.verify import verify
 
 

@@ -16,13 +16,9 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from core.builders import build_ddtree  # noqa: E402
 from core.config import DecodeConfig  # noqa: E402
-from core.kv_cache import cache_kwargs, crop_to, new_cache  # noqa: E402
-from core.tree import DraftTree  # noqa: E402
 from core.verify import tree_inputs  # noqa: E402
 
 PROMPTS = ["Write a Python function that checks whether a string is a palindrome.",
@@ -56,34 +52,15 @@ def ar_vs_generate(dtype: str, new_tokens: int, repeats: int) -> None:
           f"{statistics.median([a / b for a, b in zip(ours, theirs)]):.3f} |")
 
 
-def _tree(n: int, vocab: int = 40000) -> DraftTree:
-    """A best-first tree of n tokens (root included) over random peaked marginals: a stand-in for timing."""
-    rng = np.random.default_rng(n)
-    logq = np.sort(np.log(rng.dirichlet(np.ones(64) * 0.3, size=15)), axis=-1)[:, ::-1].copy()
-    tokens = rng.integers(min(100, vocab - 1), vocab, size=(15, 64))
-    return build_ddtree(logq.astype(np.float32), tokens, n - 1, bonus=5)
-
-
 def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[str]) -> dict:
+    from core.costs import measure
     from core.models import load_target
 
     table = {}
     for dtype in dtypes:
         target, _ = load_target(dtype=dtype)
-        ctx = torch.randint(100, 40000, (1, past_len))
-        cache = new_cache(target)
-        with torch.inference_mode():
-            target(input_ids=ctx, **cache_kwargs(target, cache))
-            for n in sizes:
-                tree = _tree(n)
-                inputs = tree_inputs(tree, past_len, target.dtype, target.device)
-                times = []
-                for _ in range(repeats + 1):
-                    t0 = time.perf_counter()
-                    target(**inputs, **cache_kwargs(target, cache), output_hidden_states=True)
-                    times.append(time.perf_counter() - t0)
-                    crop_to(cache, past_len)
-                table[(dtype, n)] = statistics.median(times[1:]) * 1000
+        for n, ms in measure(target, sizes, past_len, repeats).items():
+            table[(dtype, n)] = ms
     print("| tree tokens N | " + " | ".join(f"{d} ms" for d in dtypes) + " |\n|---:|" + "---:|" * len(dtypes))
     for n in sizes:
         print(f"| {n} | " + " | ".join(f"{table[(d, n)]:.1f}" for d in dtypes) + " |")

@@ -1,7 +1,6 @@
 """The launched app on the embedded default: through `gradio_client` (streaming, cancel) and in a real headless
 Chromium driven by Playwright (type, run, tree with its accepted path, step slider, Stop, no console errors,
 nothing leaves localhost, a screenshot under test-output/)."""
-import os
 import shutil
 import socket
 import time

@@ -11,7 +11,7 @@ from core.config import DecodeConfig
 from core.engine import output_ids, run
 from core.ngram import NgramModel, NgramTable, load_model
 from core.presto import build_presto, build_presto_beam
-from core.tree import path_to
+
 from tests.test_builders import marginals, prefixes
 from tests.test_lossless import hf_greedy
 from tests.conftest import tiny_pair

@@ -1,7 +1,6 @@
 """The shipped drafter and n-gram table: z-lab format, sizes, they load here and in the official implementation,
 and the drafter fits the embedded target."""
 import json
-from pathlib import Path
 
 import pytest
 import torch

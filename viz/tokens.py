@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from viz import theme
 
-LEGEND = (f'<div class="legend"><span class="tok acc">accepted draft</span> '
-          f'<span class="tok bonus">target (bonus) token</span> <span class="stepmark">│</span> step boundary</div>')
+LEGEND = ('<div class="legend"><span class="tok acc">accepted draft</span> '
+          '<span class="tok bonus">target (bonus) token</span> <span class="stepmark">│</span> step boundary</div>')
 
 CSS = f"""
 .tokens {{ font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px; line-height: 1.9;
