@@ -30,7 +30,7 @@ from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
 METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
-           "PRESTO-beam": "presto-beam"}
+           "PRESTO-beam": "presto-beam", "DDTree, auto budget": "ddtree-auto", "PRESTO, auto budget": "presto-auto"}
 EXAMPLES = [
     ["Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
      "clips did Natalia sell altogether in April and May?\nPlease reason step by step, and put your final answer "
@@ -317,6 +317,11 @@ matching path is accepted, plus one token of its own (the bonus). Lossless at an
 
 **PRESTO** ranks paths with a prefix-aligned score S(u) = Σ log q_i(u_i) + λ · log p_ngram(u_i | path so far),
 since the drafter's q_i cannot see which token the path chose before position i.
+
+**Auto budget** (DDTree / PRESTO, auto budget) removes the budget guesswork: every step it builds the tree at the
+slider's budget B and keeps the first b nodes that maximise expected tokens per second,
+(1 + α · Σ_{first b} q(u)) / (t_other + t_verify(b + 1)), with the target's verification latency measured once for
+this machine (cached) and α, t_other calibrated on the steps already run. B is then the largest budget it may use.
 """
 
 
@@ -330,7 +335,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
             prompt = gr.Textbox(label="Prompt", lines=5, elem_id="prompt", value=EXAMPLES[0][0])
             gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story")
             method = gr.Dropdown(list(METHODS), value="DDTree", label="Method", elem_id="method")
-            budget = gr.Slider(1, min(512, MAX_BUDGET), value=32, step=1, label="Node budget B", elem_id="budget")
+            budget = gr.Slider(1, min(512, MAX_BUDGET), value=32, step=1,
+                               label="Node budget B (auto: the most it may use)",
+                               elem_id="budget")
             with gr.Row():
                 temperature = gr.Number(0.0, label="Temperature", minimum=0, elem_id="temperature")
                 top_p = gr.Number(1.0, label="Top-p", minimum=0, maximum=1)

@@ -9,15 +9,16 @@ import math
 import os
 from dataclasses import dataclass
 
-METHODS = ("ar", "chain", "ddtree", "presto", "presto-beam")
-TREE_METHODS = ("ddtree", "presto", "presto-beam")
+METHODS = ("ar", "chain", "ddtree", "presto", "presto-beam", "ddtree-auto", "presto-auto")
+TREE_METHODS = ("ddtree", "presto", "presto-beam", "ddtree-auto", "presto-auto")
+AUTO_METHODS = {"ddtree-auto": "ddtree", "presto-auto": "presto"}   # adaptive budget over a nested builder
 MAX_BUDGET = 1024  # verification cost grows ~linearly past 64 nodes; beyond this a step costs more than it saves
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    method: str = "ddtree"       # ar (plain decoding) | chain (vanilla DFlash) | ddtree | presto | presto-beam
-    budget: int = 64             # draft-tree nodes B, the root (bonus token) not counted
+    method: str = "ddtree"       # ar | chain (vanilla DFlash) | ddtree | presto | presto-beam | ddtree-auto | presto-auto
+    budget: int = 64             # draft-tree nodes B, the root (bonus token) not counted; -auto: the largest tried
     temperature: float = 0.0     # 0 (or < 1e-5) = greedy; > 0 samples from the (top-p / top-k warped) target
     top_p: float = 1.0           # nucleus mass kept, in (0, 1]
     top_k: int = 0               # 0 = off

@@ -34,11 +34,13 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
     return build_ddtree(logq.astype(np.float32), tokens, n - 1, bonus=5)
 
 
-
 @torch.inference_mode()
 def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[int, float]:
     """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context."""
     vocab = target.get_input_embeddings().weight.shape[0]
+    cfg = getattr(target.config, "text_config", target.config)
+    window = int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
+    sizes = [n for n in sizes if past_len + n <= window] or [1]
     cache = new_cache(target)
     target(input_ids=torch.randint(0, vocab, (1, past_len), device=target.device), **cache_kwargs(target, cache))
     out = {}

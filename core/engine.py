@@ -4,13 +4,14 @@ which is exactly plain autoregressive decoding). The engine knows nothing about 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator
 
 import torch
 
 from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token
 from core.builders import BUILDERS, NESTED
-from core.config import DecodeConfig
+from core.config import AUTO_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block
 from core.kv_cache import cache_kwargs, compact, new_cache
@@ -97,7 +98,9 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
                             acceptance.p_tokens[: len(committed)], nested=cfg.method in NESTED,
                             draft_logq=None if draft is None else draft.logq[:, : cfg.record_k].copy(),
                             draft_tokens=None if draft is None else draft.tokens[:, : cfg.record_k].copy(),
-                            budget_used=cfg.budget, finish=finish)
+                            budget_used=tree.size if cfg.method in AUTO_METHODS else cfg.budget, finish=finish)
+        if draft is not None and hasattr(build, "observe"):
+            build.observe(record)     # the adaptive budget calibrates itself on what this step realised
         if draft is not None:
             pending_oracle.append((record, len(history) - len(committed) - 1))
         pending_oracle = _fill_oracle(pending_oracle, history, done=finish is not None)
@@ -105,6 +108,12 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
 
 
 def _default_builder(cfg: DecodeConfig, pair):
+    if cfg.method in AUTO_METHODS:
+        from core.adaptive import AdaptiveBudget
+        from core.costs import cost_curve
+
+        base = _default_builder(replace(cfg, method=AUTO_METHODS[cfg.method]), pair)
+        return AdaptiveBudget(base, cost_curve(pair.target), cap=cfg.budget)
     if cfg.method in BUILDERS:
         fn = BUILDERS[cfg.method]
         return lambda draft, budget, bonus, history: fn(draft.logq, draft.tokens, budget, bonus)

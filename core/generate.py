@@ -21,8 +21,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prompt", required=True, help="user message (rendered with the target's chat template)")
     ap.add_argument("--method", default="ddtree", choices=METHODS,
                     help="ar = plain decoding; chain = vanilla DFlash; ddtree = DDTree; presto / presto-beam = "
-                         "PRESTO's prefix-aligned trees (default: ddtree)")
-    ap.add_argument("--budget", type=int, default=64, help=f"draft-tree nodes per step, 1..{MAX_BUDGET} (default 64)")
+                         "PRESTO's prefix-aligned trees; ddtree-auto / presto-auto choose the budget "
+                         "every step from the measured verification cost (default: ddtree)")
+    ap.add_argument("--budget", type=int, default=64, help=f"draft-tree nodes per step, 1..{MAX_BUDGET} (default 64); "
+                                                              "for -auto methods the most a step may use")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1)")
     ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 = off (default)")

@@ -107,6 +107,18 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
         assert [r.step for r in s["records"]] == list(range(k + 1))
 
 
+def test_app_auto_budget_shows_the_budget_chosen_per_step(monkeypatch, tmp_path):
+    import app
+    from tests.conftest import tiny_pair
+
+    monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path))
+    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
+    updates = list(app.run("0 5 6 7 8", "DDTree, auto budget", 16, 0.0, 1.0, 0, 24, 0, "tiny", None))
+    records = updates[-1][-1]["records"]
+    assert all(r.budget_used <= 16 for r in records)
+    assert "chosen per step" in updates[-1][4].layout.title.text
+
+
 @pytest.mark.parametrize("args,match", [
     (("", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), "empty"),
     (("0 5", "DDTree", 0, 0.0, 1.0, 0, 24, 0, "tiny"), "budget"),

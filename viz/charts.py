@@ -43,6 +43,8 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
     c = budget_curves(records)
     fig = go.Figure()
     if not c:
+        if any(r.tree.size for r in _decode(records)):
+            return chosen_budgets(records)
         return _empty("acceptance vs budget appears after the first speculative step")
     b = c["budgets"]
     fig.add_scatter(x=b, y=c["tau"], name="τ if the budget had been b (same steps)", line=dict(color=theme.ACCEPTED))
@@ -60,6 +62,22 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
     fig.update_layout(**theme.layout(title="Acceptance length vs node budget", showlegend=True,
                                      legend=dict(orientation="h", y=-0.25),
                                      xaxis=dict(title="node budget b", type="log"), yaxis=dict(title="τ")))
+    return fig
+
+
+def chosen_budgets(records) -> go.Figure:
+    """Adaptive-budget runs: the budget chosen at each step against the acceptance it bought."""
+    steps = [r for r in _decode(records) if r.draft_tokens is not None]
+    fig = go.Figure()
+    fig.add_scatter(x=[r.step for r in steps], y=[r.budget_used for r in steps], mode="lines+markers",
+                    name="budget chosen", line=dict(color=theme.ORACLE),
+                    hovertemplate="step %{x}: budget %{y}<extra></extra>")
+    fig.add_bar(x=[r.step for r in steps], y=[r.tau for r in steps], name="τ", yaxis="y2",
+                marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
+    fig.update_layout(**theme.layout(title="Adaptive budget: the budget chosen per step", showlegend=True,
+                                     legend=dict(orientation="h", y=-0.25), xaxis=dict(title="step"),
+                                     yaxis=dict(title="node budget b"),
+                                     yaxis2=dict(title="τ", overlaying="y", side="right", showgrid=False)))
     return fig
 
 

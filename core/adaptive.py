@@ -1,0 +1,84 @@
+"""Adaptive node budget (`ddtree-auto`, `presto-auto`): pick, at every step, the budget that maximises expected
+committed tokens per second, instead of asking the user for one.
+
+For a nested builder the budget-b tree is the first b nodes of the largest tree, so one build gives every
+candidate budget at once. With C(b) the sum of q over the first b nodes (the expected accepted drafts, DDTree's
+Proposition 1), the rule is
+    b* = argmax_b  (1 + alpha * C(b)) / (overhead + s * verify(b + 1))
+where verify(n) is the target's measured forward latency for n tree tokens (`core.costs`, cached per model, device
+and dtype), alpha calibrates the drafter's q against the acceptance actually realised, s rescales the cached curve
+to the latency seen now, and overhead is the measured draft + tree + accept time. All three are updated online from
+each step's record, with exponential forgetting.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.tree import DraftTree, truncate
+
+DECAY = 0.9   # weight of the past in the online estimates (about the last ten steps count)
+
+
+def interpolate_cost(curve: dict[int, float], n: np.ndarray) -> np.ndarray:
+    """Verification ms for n tree tokens: linear between measured sizes, the last slope beyond them."""
+    sizes = np.asarray(sorted(curve), dtype=np.float64)
+    ms = np.asarray([curve[int(s)] for s in sizes], dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    out = np.interp(n, sizes, ms)
+    if len(sizes) > 1:
+        slope = max(0.0, (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2]))
+        out = np.where(n > sizes[-1], ms[-1] + slope * (n - sizes[-1]), out)
+    return out
+
+
+def choose_budget(node_q: np.ndarray, verify_ms: np.ndarray, overhead_ms: float, alpha: float = 1.0) -> int:
+    """The b in 0..len(node_q) maximising (1 + alpha * sum(node_q[:b])) / (overhead_ms + verify_ms[b]).
+
+    node_q: [B] q(u) of the nested tree's drafted nodes in build order; verify_ms: [B + 1] latency of a tree of
+    b + 1 tokens (root included). Ties go to the smaller budget."""
+    gain = 1.0 + alpha * np.concatenate([[0.0], np.cumsum(np.asarray(node_q, dtype=np.float64))])   # [B + 1]
+    rate = gain / (overhead_ms + np.asarray(verify_ms, dtype=np.float64))
+    return int(np.argmax(rate))
+
+
+class AdaptiveBudget:
+    """A builder wrapper: build the nested tree at the cap, keep the best prefix. `observe(record)` is called by
+    the engine after each step and updates the calibration; `choices` lists the budget chosen at every step."""
+
+    def __init__(self, base, cost_curve: dict[int, float], cap: int):
+        self.base, self.cap = base, cap
+        self.verify_ms = interpolate_cost(cost_curve, np.arange(1, cap + 2))    # [cap + 1] for b = 0..cap
+        self.realised = self.expected = 1.0     # alpha = realised / expected accepted drafts (prior: alpha = 1)
+        self.seen_ms = self.predicted_ms = 1.0  # s = measured / cached verification latency
+        self.overhead_ms = 0.1 * float(self.verify_ms[0])
+        self.choices: list[int] = []
+
+    @property
+    def alpha(self) -> float:
+        return self.realised / self.expected
+
+    @property
+    def scale(self) -> float:
+        return self.seen_ms / self.predicted_ms
+
+    def __call__(self, draft, budget, bonus, history) -> DraftTree:
+        tree = self.base(draft, min(budget, self.cap), bonus, history)
+        node_q = np.exp(np.asarray(tree.prefix_logq[1:], dtype=np.float64))
+        verify = self.scale * self.verify_ms[: tree.size + 1]
+        b = choose_budget(node_q, verify, self.overhead_ms, self.alpha)
+        self.choices.append(b)
+        return truncate(tree, b)
+
+    def observe(self, record) -> None:
+        s = record.seconds
+        n = record.tree.size
+        self.realised = DECAY * self.realised + record.accepted_drafts
+        self.expected = DECAY * self.expected + record.expected_accepted
+        if "verify" in s:
+            self.seen_ms = DECAY * self.seen_ms + 1000 * s["verify"]
+            self.predicted_ms = DECAY * self.predicted_ms + float(self.verify_ms[min(n, self.cap)])
+        other = 1000 * sum(v for k, v in s.items() if k != "verify")
+        if math.isfinite(other):
+            self.overhead_ms = DECAY * self.overhead_ms + (1 - DECAY) * other

@@ -1,0 +1,90 @@
+"""Adaptive budget: the rule is the argmax of expected tokens per second, the cost-curve cache round-trips and is
+keyed by device and dtype, and `ddtree-auto` / `presto-auto` stay lossless while choosing a budget per step."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from core import costs
+from core.adaptive import AdaptiveBudget, choose_budget, interpolate_cost
+from core.config import DecodeConfig
+from core.engine import output_ids, run
+from tests.conftest import tiny_pair
+from tests.test_lossless import hf_greedy, informed_builder
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_choice_is_argmax_of_expected_tokens_per_second(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    node_q = np.sort(rng.random(n) ** 3)[::-1]                     # q of nested nodes, non-increasing
+    curve = {s: 30 + float(rng.random()) * 0.3 * s for s in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+    verify = interpolate_cost(curve, np.arange(1, n + 2))
+    overhead, alpha = float(rng.random() * 10), float(rng.uniform(0.3, 1.2))
+    rates = [(1 + alpha * node_q[:b].sum()) / (overhead + verify[b]) for b in range(n + 1)]
+    assert choose_budget(node_q, verify, overhead, alpha) == int(np.argmax(rates))
+
+
+def test_choice_follows_cost():
+    node_q = np.full(100, 0.5)
+    assert choose_budget(node_q, np.full(101, 40.0), 5.0) == 100          # free nodes: take them all
+    assert choose_budget(node_q, 40.0 + 100.0 * np.arange(101), 5.0) == 0  # each node costs more than it brings
+    steep = 40.0 + np.where(np.arange(101) > 16, 5.0 * (np.arange(101) - 16), 0.0)
+    assert choose_budget(node_q, steep, 5.0) == 16                         # flat up to 17 tokens, then steep
+
+
+def test_interpolation_is_exact_at_measured_sizes_and_extrapolates_linearly():
+    curve = {1: 10.0, 4: 16.0, 8: 40.0}
+    got = interpolate_cost(curve, np.array([1, 2, 4, 6, 8, 12]))
+    assert np.allclose(got, [10, 12, 16, 28, 40, 64])
+
+
+def test_cost_cache_round_trips_and_is_keyed_by_device_and_dtype(tmp_path, monkeypatch):
+    target = tiny_target_small()
+    calls = []
+    monkeypatch.setattr(costs, "measure", lambda t, **_: calls.append(costs.cost_key(t)) or {1: 1.0, 2: 2.0})
+    assert costs.cost_curve(target, tmp_path) == {1: 1.0, 2: 2.0}
+    assert costs.cost_curve(target, tmp_path) == {1: 1.0, 2: 2.0} and len(calls) == 1    # read back, not measured
+    saved = json.loads((tmp_path / f"{costs.cost_key(target)}.json").read_text())
+    assert saved["key"] == costs.cost_key(target) and "cpu" in saved["key"] and "float32" in saved["key"]
+    costs.cost_curve(target.to(torch.bfloat16), tmp_path)                 # another dtype: another curve
+    assert len(calls) == 2 and "bfloat16" in calls[1]
+    (tmp_path / f"{calls[1]}.json").write_text("{not json")               # a damaged file is re-measured
+    costs.cost_curve(target, tmp_path)
+    costs.cost_curve(target.to(torch.bfloat16), tmp_path)
+    assert len(calls) == 3
+
+
+def tiny_target_small():
+    return tiny_pair("llama", 0).target
+
+
+@pytest.mark.parametrize("arch,seed", [("llama", 0), ("qwen3", 2)])
+def test_auto_budget_is_lossless_and_records_its_choices(arch, seed):
+    pair = tiny_pair(arch, seed)
+    prompt = [0] + list(np.random.default_rng(seed).integers(2, 90, size=12))
+    ref = hf_greedy(pair, prompt, 40)
+    curve = {1: 10.0, 8: 11.0, 16: 14.0, 32: 30.0, 64: 70.0}    # cheap up to ~16 tokens, then steep
+    auto = AdaptiveBudget(informed_builder("ddtree", prompt + ref, seed), curve, cap=48)
+    records = run(pair, prompt, DecodeConfig(method="ddtree-auto", budget=48, max_new_tokens=40), builder=auto)
+    assert output_ids(records) == ref
+    drafted = [r for r in records[1:] if r.draft_tokens is not None]
+    used = [r.budget_used for r in drafted]
+    assert used == [r.tree.size for r in drafted] == auto.choices
+    assert max(used) <= 48 and len(set(used)) > 1             # it chose, step by step
+    assert 0 < auto.alpha and auto.overhead_ms > 0
+
+
+@pytest.mark.parametrize("method", ["ddtree-auto", "presto-auto"])
+def test_auto_methods_run_through_the_engine(method, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path))
+    pair = tiny_pair("llama", 1)
+    prompt = [0, 5, 9, 13, 22, 31]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # presto: no n-gram table for the tiny vocabulary
+        records = run(pair, prompt, DecodeConfig(method=method, budget=32, max_new_tokens=24))
+    assert output_ids(records) == hf_greedy(pair, prompt, 24)
+    assert list((tmp_path / "costs").glob("*.json"))          # the measured curve was cached
+    assert all(0 <= r.budget_used <= 32 for r in records[1:])
