@@ -2,10 +2,15 @@
 
     python -m core.benchmark --datasets gsm8k --n 30 --methods ar,chain,ddtree --budgets 64 --max-new-tokens 256
 
+Methods: the engine's (ar, chain, ddtree, presto, presto-beam, ddtree-auto, presto-auto) and, on the same target
+and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup decoding) and
+`dflash-official` (z-lab's vanilla DFlash on the same drafter, when the `dflash` package is importable).
 Per prompt, every (method, budget) runs back to back after plain decoding (`ar`), after one warm-up generation.
-Rows (one per prompt x method x budget) go to `<out>/rows.jsonl` as they finish, so an interrupted run resumes
-where it stopped; the summary table (τ = mean of per-prompt means, bonus counted; speed-up = plain decoding's
-time per output token ÷ the method's, prefill excluded) is printed as markdown and written to `<out>/table.md`.
+Rows (one per prompt x method x budget x temperature) go to `<out>/rows.jsonl` as they finish, so an interrupted
+run resumes where it stopped. The summary table (τ = mean of per-prompt means, bonus counted; speed-up = the
+baseline's time per output token ÷ the method's over the same prompts, prefill excluded) is printed as markdown and
+written to `<out>/table.md`; figures (τ and speed-up against budget, acceptance histogram, time split) go to
+`<out>/figures/` as HTML and PNG.
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tqdm import tqdm  # noqa: E402
 
-from core.config import DecodeConfig  # noqa: E402
+from core.baselines import BASELINES  # noqa: E402
+from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 
 
 def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None) -> dict:
@@ -27,37 +33,68 @@ def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float
 
     s = summarize([records])
     tpot = s.decode_seconds / max(1, s.tokens - 1)
-    return {"dataset": dataset, "prompt": index, "method": cfg.method, "budget": cfg.budget,
-            "temperature": cfg.temperature, "tau": s.tau if s.steps else 1.0, "tokens": s.tokens, "steps": s.steps,
-            "decode_s": s.decode_seconds, "prefill_s": s.prefill_seconds, "tpot": tpot,
-            "speedup": (ar_tpot / tpot) if ar_tpot else None, "expected_tau": s.expected_tau,
-            "oracle_tau": s.oracle_tau, "histogram": s.histogram, "depth_rates": s.depth_rates,
-            "phase_shares": s.phase_shares, "output": [t for r in records for t in r.committed]}
+    row = {"dataset": dataset, "prompt": index, "method": cfg.method, "budget": _budget(cfg),
+           "temperature": cfg.temperature, "tau": s.tau if s.steps else 1.0, "tokens": s.tokens, "steps": s.steps,
+           "decode_s": s.decode_seconds, "prefill_s": s.prefill_seconds, "tpot": tpot,
+           "speedup": (ar_tpot / tpot) if ar_tpot else None, "expected_tau": s.expected_tau,
+           "oracle_tau": s.oracle_tau, "histogram": s.histogram, "depth_rates": s.depth_rates,
+           "phase_shares": s.phase_shares, "output": [t for r in records for t in r.committed]}
+    if cfg.method in AUTO_METHODS:
+        row["budgets_chosen"] = [r.budget_used for r in records if r.draft_tokens is not None]
+    return row
+
+
+def baseline_row(dataset: str, index: int, cfg: DecodeConfig, run, ar_tpot: float | None) -> dict:
+    """A row for a baseline outside the engine (`core.baselines`): same fields, no per-step detail."""
+    tokens = len(run.output)
+    tpot = run.decode_s / max(1, tokens - 1)
+    return {"dataset": dataset, "prompt": index, "method": cfg.method, "budget": 0, "temperature": cfg.temperature,
+            "tau": run.tau, "tokens": tokens, "steps": run.forwards, "decode_s": run.decode_s,
+            "prefill_s": run.prefill_s, "tpot": tpot, "speedup": (ar_tpot / tpot) if ar_tpot else None,
+            "expected_tau": None, "oracle_tau": None, "histogram": {}, "depth_rates": [], "phase_shares": {},
+            "output": run.output}
+
+
+def _budget(cfg: DecodeConfig) -> int:
+    return cfg.budget if cfg.method in TREE_METHODS else 0     # 0: the method has no budget (shown as –)
+
+
+def _speedup(group: list[dict], base: dict) -> str:
+    pairs = [(base[r["prompt"]]["tpot"], r["tpot"]) for r in group if r["prompt"] in base]
+    if not pairs:
+        return "–"
+    return f"{statistics.mean(b for b, _ in pairs) / statistics.mean(m for _, m in pairs):.2f}×"
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: per dataset and (method, budget), τ (mean of per-prompt means), speed-up (mean AR TPOT ÷ mean
-    method TPOT over the same prompts), tokens/s and whether the outputs equal plain decoding's."""
-    out = ["| dataset | method | budget | T | prompts | τ | speed-up vs plain | tokens/s | same output as plain |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    keys = sorted({(r["dataset"], r["method"], r["budget"], r["temperature"]) for r in rows},
-                  key=lambda k: (k[0], k[3], k[1] != "ar", k[1], k[2]))
-    ar = {(r["dataset"], r["prompt"], r["temperature"]): r for r in rows if r["method"] == "ar"}
-    for d, m, b, t in keys:
-        group = [r for r in rows if (r["dataset"], r["method"], r["budget"], r["temperature"]) == (d, m, b, t)]
-        base = [ar[(d, r["prompt"], t)] for r in group if (d, r["prompt"], t) in ar]
-        speed = statistics.mean(x["tpot"] for x in base) / statistics.mean(r["tpot"] for r in group) if base else 0
-        same = sum(r["output"] == ar[(d, r["prompt"], t)]["output"] for r in group if (d, r["prompt"], t) in ar)
-        tps = sum(r["tokens"] - 1 for r in group) / sum(r["decode_s"] for r in group)
-        out.append(f"| {d} | {m} | {b if m != 'ar' else '–'} | {t:g} | {len(group)} | "
-                   f"{statistics.mean(r['tau'] for r in group):.2f} | {speed:.2f}× | {tps:.1f} | "
-                   f"{same}/{len(group)} |")
+    """Markdown: per dataset, temperature and (method, budget): τ (mean of per-prompt means), speed-up against
+    plain decoding and against `transformers` generate (mean baseline TPOT ÷ mean method TPOT over the same
+    prompts), tokens/s, and how many outputs equal plain decoding's."""
+    out = ["| dataset | T | method | budget | prompts | τ | speed-up vs plain | vs HF generate | tokens/s "
+           "| same output as plain |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    keys = sorted({(r["dataset"], r["temperature"], r["method"], r["budget"]) for r in rows},
+                  key=lambda k: (k[0], k[1], k[2] != "ar", k[2] not in BASELINES, k[2], k[3]))
+    for d, t, m, b in keys:
+        group = [r for r in rows if (r["dataset"], r["temperature"], r["method"], r["budget"]) == (d, t, m, b)]
+        ar = {r["prompt"]: r for r in rows if (r["dataset"], r["temperature"], r["method"]) == (d, t, "ar")}
+        hf = {r["prompt"]: r for r in rows if (r["dataset"], r["temperature"], r["method"]) == (d, t, "hf-generate")}
+        same = sum(r["output"] == ar[r["prompt"]]["output"] for r in group if r["prompt"] in ar)
+        tps = sum(r["tokens"] - 1 for r in group) / max(1e-9, sum(r["decode_s"] for r in group))
+        budget = b if b else "–"
+        if m in AUTO_METHODS:
+            chosen = [x for r in group for x in r.get("budgets_chosen", [])]
+            budget = f"auto ≤{b} (median {statistics.median(chosen):g})" if chosen else f"auto ≤{b}"
+        out.append(f"| {d} | {t:g} | {m} | {budget} | {len(group)} | "
+                   f"{statistics.mean(r['tau'] for r in group):.2f} | {_speedup(group, ar)} | {_speedup(group, hf)} | "
+                   f"{tps:.1f} | {same}/{len(group)} |")
     return "\n".join(out)
 
 
-def main(argv=None) -> None:
+def main(argv=None, pair=None) -> list[dict]:
+    """Run the benchmark; `pair` (a loaded ModelPair) replaces --pair / --dtype."""
+    from core.config import METHODS
     from core.datasets import load_prompts
-    from core.engine import run
     from core.models import encode_chat, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,36 +114,56 @@ def main(argv=None) -> None:
     rows_path = out / "rows.jsonl"
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
     done = {(r["dataset"], r["prompt"], r["method"], r["budget"], r["temperature"]) for r in rows}
-    pair = load_pair(args.pair, dtype=args.dtype)
+    pair = pair or load_pair(args.pair, dtype=args.dtype)
     methods = ["ar"] + [m for m in args.methods.split(",") if m != "ar"]
+    for m in methods:
+        if m not in METHODS and m not in BASELINES:
+            ap.error(f"unknown method {m!r}; choose from {', '.join(METHODS + BASELINES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
     temps = [float(t) for t in args.temperatures.split(",")]
     jobs = []
-    for d in args.datasets.split(","):
-        for i, text in enumerate(load_prompts(d, args.n)):
+    for source in args.datasets.split(","):
+        d = Path(source).stem if source.endswith(".jsonl") else source     # the row's dataset name
+        for i, text in enumerate(load_prompts(source, args.n)):
             for t in temps:
                 for m in methods:
-                    for b in ([budgets[0]] if m in ("ar", "chain") else budgets):
-                        jobs.append((d, i, text, DecodeConfig(method=m, budget=b, temperature=t,
+                    for b in (budgets if m in TREE_METHODS else [0]):
+                        jobs.append((d, i, text, DecodeConfig(method=m, budget=b or budgets[0], temperature=t,
                                                               max_new_tokens=args.max_new_tokens)))
-    warm = encode_chat(pair.tokenizer, "Say hello.")
-    for m in methods:
-        run(pair, warm, DecodeConfig(method=m, budget=budgets[0], max_new_tokens=16))
+    warm = encode_chat(pair.tokenizer, jobs[0][2]) if jobs else []
+    for m in methods if warm else []:         # one short warm-up generation per method
+        _generate(m, pair, warm, DecodeConfig(method=m if m not in BASELINES else "ar", budget=budgets[0],
+                                              max_new_tokens=16))
     with open(rows_path, "a") as f:
         for d, i, text, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
-            key = (d, i, cfg.method, cfg.budget, cfg.temperature)
-            if key in done:
+            if (d, i, cfg.method, _budget(cfg), cfg.temperature) in done:
                 continue
-            records = run(pair, encode_chat(pair.tokenizer, text), cfg)
             base = next((r for r in rows if (r["dataset"], r["prompt"], r["method"], r["temperature"]) ==
                          (d, i, "ar", cfg.temperature)), None)
-            row = row_for(d, i, cfg, records, base["tpot"] if base else None)
+            result = _generate(cfg.method, pair, encode_chat(pair.tokenizer, text), cfg)
+            make = baseline_row if cfg.method in BASELINES else row_for
+            row = make(d, i, cfg, result, base["tpot"] if base else None)
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()
     text = table(rows)
     (out / "table.md").write_text(text + "\n")
     print(text)
+    from core.figures import write_figures
+
+    for path in write_figures(rows, out / "figures"):
+        print("figure:", path)
+    return rows
+
+
+def _generate(method: str, pair, prompt_ids: list[int], cfg: DecodeConfig):
+    """Records from the engine, or a BaselineRun for a baseline outside it."""
+    from core.baselines import run_baseline
+    from core.engine import run
+
+    if method in BASELINES:
+        return run_baseline(method, pair, prompt_ids, cfg)
+    return run(pair, prompt_ids, cfg)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,13 @@
-"""Benchmark rows and the summary table, end to end on a tiny model."""
-from core.benchmark import row_for, table
+"""Benchmark rows, baselines, the summary table and figures, end to end on a tiny model."""
+import json
+
+import numpy as np
+import pytest
+
+from core.baselines import dflash_official, hf_generate
+from core.benchmark import main, row_for, table
 from core.config import DecodeConfig
-from core.engine import run
+from core.engine import output_ids, run
 from tests.conftest import tiny_pair
 
 
@@ -18,5 +24,43 @@ def test_rows_and_table_on_a_tiny_model():
     assert all(r["speedup"] > 0 for r in rows if r["method"] != "ar")
     text = table(rows)
     lines = text.splitlines()
-    assert len(lines) == 2 + 3 and lines[2].startswith("| toy | ar |")
+    assert len(lines) == 2 + 3 and lines[2].startswith("| toy | 0 | ar |")
     assert all(line.endswith("| 2/2 |") for line in lines[2:])       # lossless: every output equals plain
+
+
+@pytest.mark.parametrize("arch,seed", [("llama", 0), ("qwen3", 2)])
+def test_baselines_match_the_engine_at_temperature_zero(arch, seed):
+    pair = tiny_pair(arch, seed)
+    prompt = [0] + list(np.random.default_rng(seed).integers(2, 90, size=12))
+    cfg = DecodeConfig(method="chain", max_new_tokens=30)
+    chain = run(pair, prompt, cfg)
+    ours = output_ids(chain)
+    plain = hf_generate(pair, prompt, cfg)
+    assert plain.output == ours and plain.forwards == len(ours) - 1 and plain.tau == 1.0
+    lookup = hf_generate(pair, prompt, cfg, prompt_lookup=4)
+    assert lookup.output == ours and lookup.decode_s > 0 and lookup.prefill_s > 0
+    official = dflash_official(pair, prompt, cfg)                     # z-lab's loop, same drafter weights
+    assert official.output == ours
+    assert official.forwards == len(chain) - 1 and official.tau == pytest.approx(
+        sum(r.tau for r in chain[1:]) / (len(chain) - 1))
+
+
+def test_benchmark_cli_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path / "cache"))      # ddtree-auto measures its cost curve
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "0 9 3 4 4"]))
+    args = ["--datasets", str(prompts), "--n", "2", "--methods", "chain,ddtree,ddtree-auto,hf-generate,"
+            "hf-prompt-lookup,dflash-official", "--budgets", "4,16", "--temperatures", "0,1", "--max-new-tokens", "12",
+            "--out", str(tmp_path / "out")]
+    rows = main(args, pair=tiny_pair())
+    methods = {(r["method"], r["budget"], r["temperature"]) for r in rows}
+    assert len(rows) == 2 * 2 * (1 + 1 + 2 + 2 + 3) and ("ddtree-auto", 16, 1.0) in methods
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "hf-prompt-lookup" in text and "dflash-official" in text and "auto ≤16" in text
+    greedy = [line for line in text.splitlines() if "| 0 |" in line]
+    assert greedy and all(line.endswith("| 2/2 |") for line in greedy)     # every method lossless at T=0
+    figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
+    assert {"tau-vs-budget-toy-T0.png", "speedup-vs-budget-toy-T1.html", "histogram-toy-T0.png",
+            "time-split-toy-T1.png"} <= set(figures)
+    again = main(args, pair=tiny_pair())                                  # resumed: nothing re-run
+    assert len(again) == len(rows)
