@@ -9,8 +9,10 @@ import hashlib
 import html
 import threading
 import time
+from pathlib import Path
 
 import gradio as gr
+import psutil
 import torch
 
 try:                                    # Hugging Face ZeroGPU Spaces: a GPU is attached per decorated call
@@ -44,6 +46,7 @@ FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set wh
 MAX_PROMPT_CHARS = 20_000
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
 LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
+MAX_LIVE = 8                            # Step generations kept at once (each holds a KV cache); oldest dropped
 STOPPED: dict[str, float] = {}          # session -> when Stop was last pressed; runs end at the next step
 _LOAD_LOCK = threading.Lock()
 
@@ -167,6 +170,13 @@ def _step_tree(record, texts):
     return tree_figure(record, texts, title=f"step {record.step}: {record.tree.size} nodes, τ = {record.tau}")
 
 
+def _warn_missing_table(pair, cfg: DecodeConfig) -> None:
+    table = getattr(pair, "ngram_table", None)
+    if cfg.method.startswith("presto") and (table is None or not Path(table).is_file()):
+        gr.Warning("No n-gram table for this model pair: PRESTO scores paths with this request's own n-gram counts "
+                   "only (build one with `python -m core.ngram build`).")
+
+
 def _guarded(steps):
     """The engine's records; any failure reaches the user as a readable message, and the app stays up."""
     try:
@@ -195,6 +205,7 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
     except ValueError as e:
         raise gr.Error(str(e)) from e
     LIVE.pop(_session(request), None)
+    _warn_missing_table(pair, cfg)
     if cfg.method != "ar" and state["cost"] is None:
         from core.costs import cost_curve
 
@@ -235,7 +246,11 @@ def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, 
             check_inputs(pair, ids, cfg)
         except ValueError as e:
             raise gr.Error(str(e)) from e
+        _warn_missing_table(pair, cfg)
         live = (key, _guarded(generate(pair, ids, cfg)), [])
+        LIVE.pop(_session(request), None)
+        while len(LIVE) >= MAX_LIVE:                 # sessions that stepped and left: free their caches
+            LIVE.pop(next(iter(LIVE)))
         LIVE[_session(request)] = live
         state = _fresh_state(state)
     record = next(live[1], None)
@@ -298,6 +313,33 @@ def stop(request: gr.Request = None):
     """Runs and comparisons end at their next step; a half-stepped Step generation is dropped."""
     STOPPED[_session(request)] = time.time()
     LIVE.pop(_session(request), None)
+
+
+def forget(request: gr.Request = None):
+    """A closed tab: drop its Step generation (and its KV cache) and its stop flag."""
+    LIVE.pop(_session(request), None)
+    STOPPED.pop(_session(request), None)
+
+
+def health() -> dict:
+    """GET /health: answered outside the model queue, even while a run holds it."""
+    from core.limits import limits
+
+    out = {"status": "ok", "loaded_pairs": sorted(PAIRS), "step_sessions": len(LIVE),
+           "rss_mb": round(psutil.Process().memory_info().rss / 2**20)}
+    if PAIRS:
+        cap = limits(next(iter(PAIRS.values())).target)
+        out |= {"max_budget": cap.max_budget, "max_context": cap.max_context}
+    return out
+
+
+def launch(block: bool = False, **kwargs):
+    """Launch the app with GET /health; returns launch()'s tuple (block=True serves until interrupted)."""
+    result = demo.launch(css=TOKEN_CSS, prevent_thread_lock=True, **kwargs)
+    demo.app.add_api_route("/health", health, methods=["GET"])
+    if block:
+        demo.block_thread()
+    return result
 
 
 def _session(request) -> str:
@@ -395,9 +437,10 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
                                       [compare_table, compare_fig, compare_note], concurrency_id="model")
     stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
+    demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 
 
 if __name__ == "__main__":
     get_pair(usable_pairs()[0])       # load (and on first use convert) the default before the first visitor
-    demo.launch(css=TOKEN_CSS, theme=gr.themes.Soft(primary_hue="green", secondary_hue="blue"))
+    launch(block=True, theme=gr.themes.Soft(primary_hue="green", secondary_hue="blue"))

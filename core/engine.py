@@ -11,10 +11,11 @@ import torch
 
 from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token
 from core.builders import BUILDERS, NESTED
-from core.config import AUTO_METHODS, DecodeConfig
+from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block
 from core.kv_cache import cache_kwargs, compact, new_cache
+from core.limits import check_memory
 from core.records import StepRecord, timed
 from core.tree import root_only
 from core.verify import verify
@@ -31,6 +32,8 @@ def check_inputs(pair, prompt_ids: list[int], cfg: DecodeConfig) -> DecodeConfig
     window = _window(pair.target)
     if len(prompt_ids) >= window:
         raise ValueError(f"the prompt is {len(prompt_ids)} tokens but the context window is {window}; shorten it")
+    drafted = 0 if cfg.method == "ar" else cfg.budget if cfg.method in TREE_METHODS else pair.drafter.block_size - 1
+    check_memory(pair.target, drafted, len(prompt_ids), cfg.max_new_tokens)
     return cfg
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import warnings
+import zipfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class NgramTable:
                     keys, ptr, tok, cnt = d[f"keys{j}"], d[f"ptr{j}"], d[f"tok{j}"], d[f"cnt{j}"]
                     rows[j] = {int(k): (tok[ptr[i]: ptr[i + 1]], cnt[ptr[i]: ptr[i + 1]])
                                for i, k in enumerate(keys.tolist())}
-        except (OSError, KeyError, ValueError, EOFError) as e:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise ValueError(f"n-gram table {path} is missing or unreadable ({e}); rebuild it with "
                              "`python -m core.ngram build`") from e
         return cls(order, vocab, rows)

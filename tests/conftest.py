@@ -58,3 +58,24 @@ def tiny_pair(arch="llama", seed=0, vocab=96, drafter_layers=1, block_size=8, **
 @pytest.fixture
 def pair():
     return tiny_pair()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def url():
+    """The app on the embedded default, launched once on a free loopback port for all live tests. The pair is
+    loaded in fp32, where tree verification and plain decoding agree to the token (bf16 may flip near-ties)."""
+    import app
+    from core.models import load_pair
+
+    app.PAIRS["smollm2-135m"] = load_pair("smollm2-135m", dtype="fp32")
+    _, local_url, _ = app.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True)
+    yield local_url
+    app.demo.close()

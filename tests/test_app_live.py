@@ -2,7 +2,6 @@
 Chromium driven by Playwright (type, run, tree with its accepted path, step slider, Stop, no console errors,
 nothing leaves localhost, a screenshot under test-output/)."""
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -10,23 +9,6 @@ import pytest
 
 OUT = Path(__file__).resolve().parent.parent / "test-output"
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def url():
-    import app
-
-    app.get_pair("smollm2-135m")
-    _, local_url, _ = app.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                      quiet=True, css=app.TOKEN_CSS)
-    yield local_url
-    app.demo.close()
 
 
 def test_client_streams_and_cancels(url):

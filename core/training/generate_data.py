@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ def done_keys(out: Path) -> set[str]:
     for f in sorted(out.glob("shard-*.npz")):
         try:
             keys.update(np.load(f, allow_pickle=False)["keys"].tolist())
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             f.unlink()  # a shard cut short by an interruption: regenerate its prompts
     return keys
 
