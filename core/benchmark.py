@@ -5,6 +5,8 @@
 Methods: the engine's (ar, chain, ddtree, presto, presto-beam, ddtree-auto, presto-auto) and, on the same target
 and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup decoding) and
 `dflash-official` (z-lab's vanilla DFlash on the same drafter, when the `dflash` package is importable).
+Datasets: gsm8k, humaneval, mt-bench (both turns, as in DFlash's benchmark: the second turn continues the chat
+after plain decoding's first reply, so every method sees the same context), or a local .jsonl with a prompt field.
 Per prompt, every (method, budget) runs back to back after plain decoding (`ar`), after one warm-up generation.
 Rows (one per prompt x method x budget x temperature) go to `<out>/rows.jsonl` as they finish, so an interrupted
 run resumes where it stopped. The summary table (τ = mean of per-prompt means, bonus counted; speed-up = the
@@ -94,8 +96,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None, pair=None) -> list[dict]:
     """Run the benchmark; `pair` (a loaded ModelPair) replaces --pair / --dtype."""
     from core.config import METHODS
-    from core.datasets import load_prompts
-    from core.models import encode_chat, load_pair
+    from core.models import encode_messages, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench or a .jsonl")
@@ -124,23 +125,26 @@ def main(argv=None, pair=None) -> list[dict]:
     jobs = []
     for source in args.datasets.split(","):
         d = Path(source).stem if source.endswith(".jsonl") else source     # the row's dataset name
-        for i, text in enumerate(load_prompts(source, args.n)):
-            for t in temps:
-                for m in methods:
-                    for b in (budgets if m in TREE_METHODS else [0]):
-                        jobs.append((d, i, text, DecodeConfig(method=m, budget=b or budgets[0], temperature=t,
-                                                              max_new_tokens=args.max_new_tokens)))
-    warm = encode_chat(pair.tokenizer, jobs[0][2]) if jobs else []
+        for i, turns in enumerate(conversations(source, args.n)):
+            for j, text in enumerate(turns):
+                for t in temps:
+                    for m in methods:
+                        for b in (budgets if m in TREE_METHODS else [0]):
+                            jobs.append((d, i, turns[: j + 1], DecodeConfig(
+                                method=m, budget=b or budgets[0], temperature=t, max_new_tokens=args.max_new_tokens)))
+    warm = encode_messages(pair.tokenizer, [{"role": "user", "content": jobs[0][2][0]}]) if jobs else []
     for m in methods if warm else []:         # one short warm-up generation per method
         _generate(m, pair, warm, DecodeConfig(method=m if m not in BASELINES else "ar", budget=budgets[0],
                                               max_new_tokens=16))
     with open(rows_path, "a") as f:
-        for d, i, text, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
+        for d, n, turns, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
+            i = _key(n, len(turns))
             if (d, i, cfg.method, _budget(cfg), cfg.temperature) in done:
                 continue
             base = next((r for r in rows if (r["dataset"], r["prompt"], r["method"], r["temperature"]) ==
                          (d, i, "ar", cfg.temperature)), None)
-            result = _generate(cfg.method, pair, encode_chat(pair.tokenizer, text), cfg)
+            ids = encode_messages(pair.tokenizer, _messages(d, n, turns, cfg.temperature, rows, pair.tokenizer))
+            result = _generate(cfg.method, pair, ids, cfg)
             make = baseline_row if cfg.method in BASELINES else row_for
             row = make(d, i, cfg, result, base["tpot"] if base else None)
             rows.append(row)
@@ -154,6 +158,34 @@ def main(argv=None, pair=None) -> list[dict]:
     for path in write_figures(rows, out / "figures"):
         print("figure:", path)
     return rows
+
+
+def conversations(source: str, n: int) -> list[list[str]]:
+    """User turns per item: MT-Bench has two (as in DFlash's benchmark), every other set one."""
+    from core.datasets import load_prompts, mtbench_questions, subset
+
+    if source == "mt-bench":
+        return subset(mtbench_questions(), n)
+    return [[p] for p in load_prompts(source, n)]
+
+
+def _key(index: int, turn: int):
+    """A row's prompt key: the item's index for its first turn, "index.turn" for later turns."""
+    return index if turn == 1 else f"{index}.{turn}"
+
+
+def _messages(dataset: str, index: int, turns: list[str], temperature: float, rows: list[dict],
+              tokenizer) -> list[dict]:
+    """The chat up to the last user turn. Earlier assistant turns are plain decoding's reply at this temperature
+    (from this run's rows), so every method continues the same conversation and speed-ups stay paired."""
+    messages = []
+    for j, text in enumerate(turns):
+        messages.append({"role": "user", "content": text})
+        if j < len(turns) - 1:
+            ar = next(r for r in rows if (r["dataset"], r["prompt"], r["method"], r["temperature"]) ==
+                      (dataset, _key(index, j + 1), "ar", temperature))
+            messages.append({"role": "assistant", "content": tokenizer.decode(ar["output"], skip_special_tokens=True)})
+    return messages
 
 
 def _generate(method: str, pair, prompt_ids: list[int], cfg: DecodeConfig):

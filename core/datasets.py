@@ -77,9 +77,13 @@ DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench}
 
 def load_prompts(name: str, n: int | None = None, seed: int = 0) -> list[str]:
     """Prompts of a named set (or a .jsonl path), the first n of a seeded shuffle."""
-    prompts = DATASETS[name]() if name in DATASETS else local_jsonl(name)
-    if n is not None and n < len(prompts):
-        order = list(range(len(prompts)))
-        random.Random(seed).shuffle(order)
-        prompts = [prompts[i] for i in order[:n]]
-    return prompts
+    return subset(DATASETS[name]() if name in DATASETS else local_jsonl(name), n, seed)
+
+
+def subset(items: list, n: int | None, seed: int = 0) -> list:
+    """The first n items of a seeded shuffle (all of them, in order, when n is None or not smaller)."""
+    if n is None or n >= len(items):
+        return items
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    return [items[i] for i in order[:n]]

@@ -53,10 +53,16 @@ class ModelPair:
 
 def encode_chat(tokenizer, text: str) -> list[int]:
     """A single user turn rendered with the chat template and generation prompt (thinking off for Qwen3)."""
+    return encode_messages(tokenizer, [{"role": "user", "content": text}])
+
+
+def encode_messages(tokenizer, messages: list[dict]) -> list[int]:
+    """A chat (user / assistant turns) rendered with the template and the generation prompt; without a template,
+    the turns' texts joined by newlines."""
     if not getattr(tokenizer, "chat_template", None):
-        return tokenizer(text, add_special_tokens=True)["input_ids"]
-    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                              tokenize=True, return_dict=True, enable_thinking=False)["input_ids"])
+        return tokenizer("\n".join(m["content"] for m in messages), add_special_tokens=True)["input_ids"]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                              return_dict=True, enable_thinking=False)["input_ids"])
 
 
 def cache_dir() -> Path:

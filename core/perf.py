@@ -4,6 +4,7 @@
     python -m core.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
     python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
     python -m core.perf app-overhead     # a run streamed through the app's handler against the bare loop
+    python -m core.perf memory           # RSS over a long run and over repeated runs, against the records' size
 
 Medians over repeats; the machine is shared and noisy, so read the ratios.
 """
@@ -16,6 +17,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from core.config import DecodeConfig  # noqa: E402
@@ -119,9 +121,71 @@ def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
           f"| min | {min(ratios):.3f} |")
 
 
+def record_bytes(record) -> int:
+    """Approximate memory a StepRecord holds: its lists (pointers + Python numbers) and numpy arrays."""
+    import sys
+
+    def deep(x):
+        if isinstance(x, np.ndarray):
+            return x.nbytes
+        if isinstance(x, (list, tuple)):
+            return sys.getsizeof(x) + sum(sys.getsizeof(v) for v in x)
+        if isinstance(x, dict):
+            return sys.getsizeof(x) + sum(sys.getsizeof(v) for v in x.values())
+        return sys.getsizeof(x)
+
+    tree = record.tree
+    return sum(deep(getattr(tree, f)) for f in ("tokens", "parents", "depths", "ranks", "logq", "prefix_logq",
+                                                "score")) + sum(deep(v) for v in vars(record).values()
+                                                                if v is not tree)
+
+
+def memory(budget: int, new_tokens: int, repeats: int) -> None:
+    """Resident memory while one long generation runs (no stop token, so it lasts `new_tokens`), against the bytes
+    its records hold; then after each of `repeats` further runs whose records are dropped."""
+    import gc
+    from dataclasses import fields
+
+    import psutil
+
+    from core.engine import generate
+    from core.models import ModelPair, encode_chat, load_pair
+
+    class NoStop(ModelPair):
+        stop_ids = property(lambda self: [])
+
+    loaded = load_pair("smollm2-135m", dtype="bf16")
+    pair = NoStop(**{f.name: getattr(loaded, f.name) for f in fields(ModelPair)})
+    proc = psutil.Process()
+    ids = encode_chat(pair.tokenizer, PROMPTS[0])
+    cfg = DecodeConfig(method="ddtree", budget=budget, max_new_tokens=new_tokens)
+    records, rows = [], []
+    gc.collect()
+    for record in generate(pair, ids, cfg):
+        records.append(record)
+        if record.step in (50, 100) or record.step % 200 == 0 or record.finish:
+            kept = sum(record_bytes(r) for r in records)
+            rows.append((record.step, sum(len(r.committed) for r in records), proc.memory_info().rss, kept))
+    print("| step | tokens | RSS MiB | records MiB | RSS growth since step 50 − records growth, MiB |")
+    print("|---:|---:|---:|---:|---:|")
+    base = next(r for r in rows if r[0] >= 50)
+    for step, tokens, rss, kept in rows:
+        print(f"| {step} | {tokens} | {rss / 2**20:.0f} | {kept / 2**20:.1f} | "
+              f"{((rss - base[2]) - (kept - base[3])) / 2**20:.1f} |")
+    del records
+    gc.collect()
+    after = []
+    for _ in range(repeats):
+        list(generate(pair, ids, DecodeConfig(method="ddtree", budget=budget, max_new_tokens=256)))
+        gc.collect()
+        after.append(proc.memory_info().rss / 2**20)
+    print(f"\nRSS after each of {repeats} further 256-token runs (records dropped), MiB: "
+          + ", ".join(f"{x:.0f}" for x in after))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost", "app-overhead"])
+    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost", "app-overhead", "memory"])
     ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
@@ -139,6 +203,8 @@ def main(argv=None) -> None:
         ar_vs_generate(args.dtype, args.new_tokens, args.repeats)
     elif args.what == "verify-latency":
         verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
+    elif args.what == "memory":
+        memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     elif args.what == "app-overhead":
         app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:

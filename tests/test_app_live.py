@@ -30,7 +30,7 @@ def test_client_streams_and_cancels(url):
     t0 = time.time()
     again = client.submit(*args, api_name="/run")
     again.result(timeout=300)
-    assert time.time() - t0 < 120                                              # the queue was freed
+    assert time.time() - t0 < 45      # the queue was freed: the abandoned 1500-token run would take minutes
     assert _text(again.outputs()[-1][0]) == _text(outs[-1][0])
     # Stop (the button's endpoint) ends a long run at its next step, keeping what was generated
     long = client.submit(PROMPT, "DDTree", 16, 0.0, 1.0, 0, 1500, 0, "smollm2-135m", api_name="/run")

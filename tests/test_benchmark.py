@@ -64,3 +64,18 @@ def test_benchmark_cli_end_to_end(tmp_path, monkeypatch):
             "time-split-toy-T1.png"} <= set(figures)
     again = main(args, pair=tiny_pair())                                  # resumed: nothing re-run
     assert len(again) == len(rows)
+
+
+def test_mt_bench_has_two_turns_and_the_second_continues_plain_decoding():
+    from core.benchmark import _messages, conversations
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=False):
+            return "reply " + " ".join(map(str, ids))
+
+    items = conversations("mt-bench", 3)
+    assert len(items) == 3 and all(len(turns) == 2 for turns in items)
+    rows = [{"dataset": "mt-bench", "prompt": 0, "method": "ar", "temperature": 0.0, "output": [4, 2]}]
+    chat = _messages("mt-bench", 0, items[0], 0.0, rows, Tok())
+    assert [m["role"] for m in chat] == ["user", "assistant", "user"]
+    assert chat[1]["content"] == "reply 4 2" and chat[2]["content"] == items[0][1]

@@ -2,13 +2,16 @@
 Every one completes, waiting ones see their queue position, every output equals plain decoding's, a client that
 presses Run twice gets both, /health answers throughout, and memory stays bounded."""
 import html
+import json
 import re
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import requests
 
+OUT = Path(__file__).resolve().parent.parent / "test-output"
 PROMPTS = ["Write a Python function that checks whether a string is a palindrome.",
            "What are some good tips for staying focused while studying?"]
 METHODS = ["DDTree", "DFlash chain", "PRESTO", "DDTree, auto budget"]
@@ -45,6 +48,7 @@ def test_eight_concurrent_clients(url):
     watcher = threading.Thread(target=poll_health, daemon=True)
     watcher.start()
     clients = [Client(url, verbose=False) for _ in range(8)]
+    started = time.perf_counter()
     jobs = []
     for i, client in enumerate(clients):
         prompt, method = PROMPTS[i % 2], METHODS[i % len(METHODS)]
@@ -61,6 +65,7 @@ def test_eight_concurrent_clients(url):
             if status.code == Status.IN_QUEUE and status.rank is not None:
                 ranks.add(status.rank)
         time.sleep(0.05)
+    elapsed = time.perf_counter() - started
     stop.set()
     watcher.join(timeout=15)
     assert all(job.done() for _, job in jobs), "every client finished within the time bound"
@@ -73,6 +78,11 @@ def test_eight_concurrent_clients(url):
     assert max(seconds for _, seconds, _ in health) < 5.0       # the app answered while the queue was busy
     assert health[-1][2]["status"] == "ok" and health[-1][2]["max_budget"] >= 1
     grown = (psutil.Process().memory_info().rss - rss_before) / 2**20
+    OUT.mkdir(exist_ok=True)
+    (OUT / "load.json").write_text(json.dumps({
+        "clients": 8, "runs": len(jobs), "new_tokens": TOKENS, "seconds": round(elapsed, 1),
+        "queue_ranks_seen": sorted(ranks), "health_polls": len(health),
+        "health_max_ms": round(1000 * max(s for _, s, _ in health)), "rss_growth_mib": round(grown)}, indent=1))
     assert grown < 400, f"memory grew by {grown:.0f} MiB over nine short runs"
     for client in clients:
         client.close()
