@@ -29,13 +29,17 @@ from tqdm import tqdm  # noqa: E402
 from core.baselines import BASELINES  # noqa: E402
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 
+SWEPT = ("presto", "presto-beam")   # methods run once per --lams value
 
-def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None) -> dict:
+
+def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None,
+            label: str | None = None) -> dict:
+    """One prompt's row; `label` names the method in tables (e.g. "presto λ=0.1" in a λ sweep)."""
     from core.records import summarize
 
     s = summarize([records])
     tpot = s.decode_seconds / max(1, s.tokens - 1)
-    row = {"dataset": dataset, "prompt": index, "method": cfg.method, "budget": _budget(cfg),
+    row = {"dataset": dataset, "prompt": index, "method": label or cfg.method, "budget": _budget(cfg),
            "temperature": cfg.temperature, "tau": s.tau if s.steps else 1.0, "tokens": s.tokens, "steps": s.steps,
            "decode_s": s.decode_seconds, "prefill_s": s.prefill_seconds, "tpot": tpot,
            "speedup": (ar_tpot / tpot) if ar_tpot else None, "expected_tau": s.expected_tau,
@@ -46,11 +50,13 @@ def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float
     return row
 
 
-def baseline_row(dataset: str, index: int, cfg: DecodeConfig, run, ar_tpot: float | None) -> dict:
+def baseline_row(dataset: str, index: int, cfg: DecodeConfig, run, ar_tpot: float | None,
+                 label: str | None = None) -> dict:
     """A row for a baseline outside the engine (`core.baselines`): same fields, no per-step detail."""
     tokens = len(run.output)
     tpot = run.decode_s / max(1, tokens - 1)
-    return {"dataset": dataset, "prompt": index, "method": cfg.method, "budget": 0, "temperature": cfg.temperature,
+    return {"dataset": dataset, "prompt": index, "method": label or cfg.method, "budget": 0,
+            "temperature": cfg.temperature,
             "tau": run.tau, "tokens": tokens, "steps": run.forwards, "decode_s": run.decode_s,
             "prefill_s": run.prefill_s, "tpot": tpot, "speedup": (ar_tpot / tpot) if ar_tpot else None,
             "expected_tau": None, "oracle_tau": None, "histogram": {}, "depth_rates": [], "phase_shares": {},
@@ -72,9 +78,9 @@ def table(rows: list[dict]) -> str:
     """Markdown: per dataset, temperature and (method, budget): τ (mean of per-prompt means), speed-up against
     plain decoding and against `transformers` generate (mean baseline TPOT ÷ mean method TPOT over the same
     prompts), tokens/s, and how many outputs equal plain decoding's."""
-    out = ["| dataset | T | method | budget | prompts | τ | speed-up vs plain | vs HF generate | tokens/s "
-           "| same output as plain |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| dataset | T | method | budget | prompts | τ | oracle τ | speed-up vs plain | vs HF generate | tokens/s "
+           "| tree build share | same output as plain |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     keys = sorted({(r["dataset"], r["temperature"], r["method"], r["budget"]) for r in rows},
                   key=lambda k: (k[0], k[1], k[2] != "ar", k[2] not in BASELINES, k[2], k[3]))
     for d, t, m, b in keys:
@@ -87,9 +93,13 @@ def table(rows: list[dict]) -> str:
         if m in AUTO_METHODS:
             chosen = [x for r in group for x in r.get("budgets_chosen", [])]
             budget = f"auto ≤{b} (median {statistics.median(chosen):g})" if chosen else f"auto ≤{b}"
+        oracle = [r["oracle_tau"] for r in group if r.get("oracle_tau") is not None]
+        tree = [r["phase_shares"]["tree"] for r in group if r.get("phase_shares")]
         out.append(f"| {d} | {t:g} | {m} | {budget} | {len(group)} | "
-                   f"{statistics.mean(r['tau'] for r in group):.2f} | {_speedup(group, ar)} | {_speedup(group, hf)} | "
-                   f"{tps:.1f} | {same}/{len(group)} |")
+                   f"{statistics.mean(r['tau'] for r in group):.2f} | "
+                   f"{f'{statistics.mean(oracle):.2f}' if oracle else '–'} | {_speedup(group, ar)} | "
+                   f"{_speedup(group, hf)} | {tps:.1f} | {f'{statistics.mean(tree):.1%}' if tree else '–'} | "
+                   f"{same}/{len(group)} |")
     return "\n".join(out)
 
 
@@ -104,6 +114,8 @@ def main(argv=None, pair=None) -> list[dict]:
     ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
     ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
     ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
+    ap.add_argument("--lams", default="0.2", help="comma-separated λ for presto / presto-beam (a sweep: one row "
+                                                  "label per value, e.g. 'presto λ=0.1')")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--dtype", default="bf16")
@@ -122,6 +134,7 @@ def main(argv=None, pair=None) -> list[dict]:
             ap.error(f"unknown method {m!r}; choose from {', '.join(METHODS + BASELINES)}")
     budgets = [int(b) for b in args.budgets.split(",")]
     temps = [float(t) for t in args.temperatures.split(",")]
+    lams = [float(x) for x in args.lams.split(",")]
     jobs = []
     for source in args.datasets.split(","):
         d = Path(source).stem if source.endswith(".jsonl") else source     # the row's dataset name
@@ -130,23 +143,26 @@ def main(argv=None, pair=None) -> list[dict]:
                 for t in temps:
                     for m in methods:
                         for b in (budgets if m in TREE_METHODS else [0]):
-                            jobs.append((d, i, turns[: j + 1], DecodeConfig(
-                                method=m, budget=b or budgets[0], temperature=t, max_new_tokens=args.max_new_tokens)))
+                            for lam in (lams if m in SWEPT else lams[:1]):
+                                label = f"{m} λ={lam:g}" if m in SWEPT and len(lams) > 1 else m
+                                jobs.append((d, i, turns[: j + 1], label, DecodeConfig(
+                                    method=m, budget=b or budgets[0], temperature=t, lam=lam,
+                                    max_new_tokens=args.max_new_tokens)))
     warm = encode_messages(pair.tokenizer, [{"role": "user", "content": jobs[0][2][0]}]) if jobs else []
     for m in methods if warm else []:         # one short warm-up generation per method
         _generate(m, pair, warm, DecodeConfig(method=m if m not in BASELINES else "ar", budget=budgets[0],
                                               max_new_tokens=16))
     with open(rows_path, "a") as f:
-        for d, n, turns, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
+        for d, n, turns, label, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
             i = _key(n, len(turns))
-            if (d, i, cfg.method, _budget(cfg), cfg.temperature) in done:
+            if (d, i, label, _budget(cfg), cfg.temperature) in done:
                 continue
             base = next((r for r in rows if (r["dataset"], r["prompt"], r["method"], r["temperature"]) ==
                          (d, i, "ar", cfg.temperature)), None)
             ids = encode_messages(pair.tokenizer, _messages(d, n, turns, cfg.temperature, rows, pair.tokenizer))
             result = _generate(cfg.method, pair, ids, cfg)
             make = baseline_row if cfg.method in BASELINES else row_for
-            row = make(d, i, cfg, result, base["tpot"] if base else None)
+            row = make(d, i, cfg, result, base["tpot"] if base else None, label)
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()

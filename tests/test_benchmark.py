@@ -79,3 +79,19 @@ def test_mt_bench_has_two_turns_and_the_second_continues_plain_decoding():
     chat = _messages("mt-bench", 0, items[0], 0.0, rows, Tok())
     assert [m["role"] for m in chat] == ["user", "assistant", "user"]
     assert chat[1]["content"] == "reply 4 2" and chat[2]["content"] == items[0][1]
+
+
+def test_lambda_sweep_rows_are_labelled(tmp_path):
+    import warnings
+
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text(json.dumps({"prompt": "0 5 6 7"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                     # no n-gram table for the tiny vocabulary
+        rows = main(["--datasets", str(prompts), "--methods", "ddtree,presto", "--budgets", "8", "--lams", "0,0.4",
+                     "--max-new-tokens", "10", "--out", str(tmp_path / "out")], pair=tiny_pair())
+    labels = {r["method"] for r in rows}
+    assert labels == {"ar", "ddtree", "presto λ=0", "presto λ=0.4"}
+    by = {r["method"]: r for r in rows}
+    assert by["presto λ=0"]["tau"] == by["ddtree"]["tau"] and by["presto λ=0"]["output"] == by["ar"]["output"]
+    assert "oracle τ" in (tmp_path / "out" / "table.md").read_text()
