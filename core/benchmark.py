@@ -113,6 +113,8 @@ def main(argv=None, pair=None) -> list[dict]:
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
     ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
+    ap.add_argument("--auto-cap", type=int, default=None,
+                    help="largest budget ddtree-auto / presto-auto may choose (default: the largest of --budgets)")
     ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
     ap.add_argument("--lams", default="0.2", help="comma-separated λ for presto / presto-beam (a sweep: one row "
                                                   "label per value, e.g. 'presto λ=0.1')")
@@ -142,7 +144,8 @@ def main(argv=None, pair=None) -> list[dict]:
             for j, text in enumerate(turns):
                 for t in temps:
                     for m in methods:
-                        for b in (budgets if m in TREE_METHODS else [0]):
+                        for b in ([args.auto_cap or max(budgets)] if m in AUTO_METHODS else
+                                  budgets if m in TREE_METHODS else [0]):
                             for lam in (lams if m in SWEPT else lams[:1]):
                                 label = f"{m} λ={lam:g}" if m in SWEPT and len(lams) > 1 else m
                                 jobs.append((d, i, turns[: j + 1], label, DecodeConfig(

@@ -54,9 +54,9 @@ def test_benchmark_cli_end_to_end(tmp_path, monkeypatch):
             "--out", str(tmp_path / "out")]
     rows = main(args, pair=tiny_pair())
     methods = {(r["method"], r["budget"], r["temperature"]) for r in rows}
-    assert len(rows) == 2 * 2 * (1 + 1 + 2 + 2 + 3) and ("ddtree-auto", 16, 1.0) in methods
+    assert len(rows) == 2 * 2 * (1 + 1 + 2 + 1 + 3) and ("ddtree-auto", 16, 1.0) in methods   # auto: one cap
     text = (tmp_path / "out" / "table.md").read_text()
-    assert "hf-prompt-lookup" in text and "dflash-official" in text and "auto ≤16" in text
+    assert "hf-prompt-lookup" in text and "dflash-official" in text and "auto ≤16" in text and "auto ≤4" not in text
     greedy = [line for line in text.splitlines() if "| 0 |" in line]
     assert greedy and all(line.endswith("| 2/2 |") for line in greedy)     # every method lossless at T=0
     figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())

@@ -24,3 +24,23 @@ def test_app_model_choice_is_the_registry():
     dropdowns = [b for b in app.demo.blocks.values() if type(b).__name__ == "Dropdown"]
     pair_box = next(d for d in dropdowns if d.label.startswith("Model pair"))
     assert not pair_box.allow_custom_value
+
+
+def test_token_text_is_escaped_in_every_view():
+    import json
+
+    import app
+    from viz import charts
+    from viz.tokens import token_html
+    from viz.tree_graph import tree_figure
+    from tests.test_viz import synthetic_run
+
+    records = synthetic_run()
+    evil = "<img src=x onerror=alert(1)>"
+    texts = {t: evil for t in range(1000)}
+    for fig in (tree_figure(records[1], texts), charts.icicle(records[1], texts), charts.mask_heatmap(records[1], texts)):
+        labels = json.dumps([[getattr(tr, f, None) for f in ("text", "labels", "x", "y", "hovertext", "customdata")]
+                             for tr in fig.data], default=str)
+        assert "<img" not in labels and "&lt;img" in labels
+    assert "<img" not in token_html(records, texts)
+    assert "<img" not in app.explain_md(records[1], texts)
