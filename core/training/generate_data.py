@@ -2,8 +2,9 @@
 
 Usage: python -m core.training.generate_data --out runs/data [--batch-size 16] [--max-new-tokens 512]
 
-Replies are generated as at inference (same chat template), mostly greedy and every `--sample-every`-th batch
-sampled (temperature 0.8), batched in bf16. Output is sharded and resumable: each shard is an .npz of token ids
+Replies are generated as at inference (same chat template), mostly greedy and every `--sample-every`-th prompt
+(batch, with `--engine generate`) sampled at temperature 0.8, in bf16 with continuous batching: `--batch-size`
+replies decode together and a finished one's slot takes the next prompt at once (`core.training.batching`). Output is sharded and resumable: each shard is an .npz of token ids
 (uint16 when the vocabulary fits) with the prompt key, the prompt length and whether the reply was sampled.
 Interrupt at any time; rerunning skips every prompt already in a shard.
 """
@@ -58,9 +59,28 @@ def generate(args) -> None:
     prompts = [p for p in training_prompts(args.seed) if p.key not in done and not is_held_out(p.key)]
     if args.limit:
         prompts = prompts[: max(0, args.limit - len(done))]
-    shard = len(list(out.glob("shard-*.npz")))
+    shard = 1 + max((int(f.stem.split("-")[1]) for f in out.glob("shard-*.npz")), default=-1)
     bar = tqdm(total=len(prompts), desc="prompts", unit="prompt", dynamic_ncols=True)
     made, t0 = 0, time.time()
+    if args.engine == "continuous":
+        from core.training.batching import continuous_generate
+
+        encoded = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in prompts]
+        sampled = lambda i: i % args.sample_every == args.sample_every - 1     # noqa: E731
+        rows = []
+        for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
+                                            {tok.eos_token_id}, sampled, generator=torch.Generator().manual_seed(
+                                                args.seed)):
+            rows.append({"key": prompts[i].key, "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
+                         "sampled": sampled(i)})
+            made += len(reply)
+            bar.update(1)
+            bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
+            if len(rows) >= args.batch_size * args.batches_per_shard or bar.n == len(prompts):
+                write_shard(out, shard, rows, len(tok))
+                shard, rows = shard + 1, []
+        bar.close()
+        return
     for b in range(0, len(prompts), args.batch_size * args.batches_per_shard):
         rows = []
         chunk = prompts[b: b + args.batch_size * args.batches_per_shard]
@@ -89,11 +109,15 @@ def generate(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")
-    ap.add_argument("--batch-size", type=int, default=16, help="prompts generated together")
+    ap.add_argument("--engine", choices=["continuous", "generate"], default="continuous",
+                    help="continuous: a finished reply's slot takes the next prompt at once (no padded rows); "
+                         "generate: transformers generate on fixed batches")
+    ap.add_argument("--batch-size", type=int, default=16, help="prompts generated together (slots)")
     ap.add_argument("--batches-per-shard", type=int, default=4, help="batches written per shard file")
     ap.add_argument("--max-new-tokens", type=int, default=512, help="reply length cap")
     ap.add_argument("--max-prompt-tokens", type=int, default=512, help="longer prompts are cut")
-    ap.add_argument("--sample-every", type=int, default=5, help="every n-th batch is sampled (T=0.8), the rest greedy")
+    ap.add_argument("--sample-every", type=int, default=5,
+                    help="every n-th prompt (batch with --engine generate) is sampled (T=0.8), the rest greedy")
     ap.add_argument("--limit", type=int, default=0, help="stop after this many prompts in total (0 = all)")
     ap.add_argument("--dtype", default="bf16", help="bf16 (fast on AMX CPUs) or fp32")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
