@@ -55,8 +55,9 @@ def hf_generate(pair, prompt_ids: list[int], cfg, prompt_lookup: int | None = No
     target = pair.target
     ids = torch.tensor([prompt_ids], device=pair.device)
     sample = cfg.temperature >= 1e-5
+    # sampling: exactly the engine's warpers (top_k 0 and top_p 1 switch theirs off, overriding generation_config)
     kwargs = dict(do_sample=sample, temperature=cfg.temperature if sample else None,
-                  top_p=cfg.top_p if sample else None, top_k=(cfg.top_k or None) if sample else None)
+                  top_p=cfg.top_p if sample else None, top_k=cfg.top_k if sample else None)
     if prompt_lookup:
         kwargs["prompt_lookup_num_tokens"] = prompt_lookup
     if sample:

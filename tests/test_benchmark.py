@@ -95,3 +95,13 @@ def test_lambda_sweep_rows_are_labelled(tmp_path):
     by = {r["method"]: r for r in rows}
     assert by["presto λ=0"]["tau"] == by["ddtree"]["tau"] and by["presto λ=0"]["output"] == by["ar"]["output"]
     assert "oracle τ" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_unknown_and_offline_hub_datasets_are_clear_errors(monkeypatch):
+    from core.datasets import load_prompts
+
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_prompts("gsm9k")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
+        load_prompts("hub:openai/gsm8k/main:test:question")
