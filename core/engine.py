@@ -15,9 +15,11 @@ from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block
 from core.kv_cache import cache_kwargs, compact, new_cache
-from core.limits import check_memory
+from core.limits import check_memory, release_free_memory
 from core.records import StepRecord, timed
 from core.tree import root_only
+
+TRIM_EVERY = 64   # steps between returning freed heap pages to the OS
 from core.verify import verify
 
 
@@ -107,6 +109,8 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         if draft is not None:
             pending_oracle.append((record, len(history) - len(committed) - 1))
         pending_oracle = _fill_oracle(pending_oracle, history, done=finish is not None)
+        if step % TRIM_EVERY == 0 or finish is not None:
+            release_free_memory()     # keep resident memory flat over long runs
         yield record
 
 

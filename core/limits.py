@@ -13,6 +13,8 @@ A run may use at most SHARE of the memory available when it starts.
 """
 from __future__ import annotations
 
+import ctypes
+import sys
 from dataclasses import dataclass
 
 import psutil
@@ -72,6 +74,24 @@ def check_memory(target, budget: int, prompt_len: int, max_new_tokens: int) -> N
         raise ValueError(f"a step with budget {budget} at a {context}-token context needs about {need / 2**30:.1f} "
                          f"GiB, but this machine can give a run {allowance / 2**30:.1f} GiB now; lower the budget "
                          f"(≤ {cap.max_budget} here) or the prompt plus new tokens (≤ {cap.max_context})")
+
+
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6") if sys.platform.startswith("linux") else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc `malloc_trim`). A decode step frees and re-allocates tensors
+    whose sizes grow with the context; glibc keeps the freed pages, so without this a long run's resident memory
+    climbs by ~0.5 MiB per step on the embedded default (RELIABILITY.md §6). Costs well under a millisecond."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 def _largest(fits, lo: int, hi: int) -> int:
