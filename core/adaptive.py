@@ -64,7 +64,11 @@ class AdaptiveBudget:
         return self.seen_ms / self.predicted_ms
 
     def __call__(self, draft, budget, bonus, history) -> DraftTree:
-        tree = self.base(draft, min(budget, self.cap), bonus, history)
+        # build no more than twice the largest recent choice (at least 32): the best budget can still double
+        # every step, and a cap of hundreds does not cost a hundreds-node heap at every step
+        recent = self.choices[-32:]
+        grow = min(self.cap, max(32, 2 * max(recent))) if recent else self.cap
+        tree = self.base(draft, min(budget, grow), bonus, history)
         node_q = np.exp(np.asarray(tree.prefix_logq[1:], dtype=np.float64))
         verify = self.scale * self.verify_ms[: tree.size + 1]
         b = choose_budget(node_q, verify, self.overhead_ms, self.alpha)
