@@ -35,7 +35,7 @@ def specs(rows: list[dict]) -> dict[str, dict]:
         tag = f"{d}-T{t:g}"
         tree = sorted({m for m, b in by if b and not m.endswith("-auto")})
         flat = sorted({m for m, b in by if not b or m.endswith("-auto")}, key=lambda m: (m != "ar", m))
-        budgets = sorted({b for _, b in by if b})
+        budgets = sorted({b for m, b in by if b and not m.endswith("-auto")}) or sorted({b for _, b in by if b})
         for name, value, title, label in (
                 ("tau", lambda g: statistics.mean(r["tau"] for r in g), "τ", "τ (tokens / target forward)"),
                 ("speedup", lambda g: _mean_speedup(g, ar), "Speed-up", "speed-up vs plain decoding (×)")):
