@@ -13,6 +13,7 @@ import torch
 
 from core.builders import build_ddtree
 from core.kv_cache import cache_kwargs, crop_to, new_cache
+from core.limits import context_window
 from core.tree import DraftTree
 from core.verify import tree_inputs
 
@@ -38,9 +39,7 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
 def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[int, float]:
     """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context."""
     vocab = target.get_input_embeddings().weight.shape[0]
-    cfg = getattr(target.config, "text_config", target.config)
-    window = int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
-    sizes = [n for n in sizes if past_len + n <= window] or [1]
+    sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
     target(input_ids=torch.randint(0, vocab, (1, past_len), device=target.device), **cache_kwargs(target, cache))
     out = {}

@@ -15,12 +15,12 @@ from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block
 from core.kv_cache import cache_kwargs, compact, new_cache
-from core.limits import check_memory, release_free_memory
+from core.limits import check_memory, context_window, release_free_memory
 from core.records import StepRecord, timed
 from core.tree import root_only
+from core.verify import verify
 
 TRIM_EVERY = 64   # steps between returning freed heap pages to the OS
-from core.verify import verify
 
 
 def check_inputs(pair, prompt_ids: list[int], cfg: DecodeConfig) -> DecodeConfig:
@@ -31,7 +31,7 @@ def check_inputs(pair, prompt_ids: list[int], cfg: DecodeConfig) -> DecodeConfig
                          "use method 'ar' or load a pair with a drafter")
     if not prompt_ids:
         raise ValueError("the prompt is empty: type something to continue")
-    window = _window(pair.target)
+    window = context_window(pair.target)
     if len(prompt_ids) >= window:
         raise ValueError(f"the prompt is {len(prompt_ids)} tokens but the context window is {window}; shorten it")
     drafted = 0 if cfg.method == "ar" else cfg.budget if cfg.method in TREE_METHODS else pair.drafter.block_size - 1
@@ -51,7 +51,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     layer_ids = drafter.target_layer_ids if drafter is not None else None
     n_pos = (cfg.block_size or drafter.block_size) - 1 if drafter is not None else 0
     k = cfg.topk or min(cfg.budget, target.get_output_embeddings().weight.shape[0])
-    window, stops, history = _window(target), set(pair.stop_ids), list(prompt_ids)
+    window, stops, history = context_window(target), set(pair.stop_ids), list(prompt_ids)
     cache, draft_kv = new_cache(target), DraftKV(len(drafter.layers)) if drafter is not None else None
 
     # 0) prefill: the target reads the prompt; its first token is the first bonus token
@@ -104,9 +104,9 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
                             draft_logq=None if draft is None else draft.logq[:, : cfg.record_k].copy(),
                             draft_tokens=None if draft is None else draft.tokens[:, : cfg.record_k].copy(),
                             budget_used=tree.size if cfg.method in AUTO_METHODS else cfg.budget, finish=finish)
-        if draft is not None and hasattr(build, "observe"):
-            build.observe(record)     # the adaptive budget calibrates itself on what this step realised
         if draft is not None:
+            if hasattr(build, "observe"):
+                build.observe(record)     # the adaptive budget calibrates itself on what this step realised
             pending_oracle.append((record, len(history) - len(committed) - 1))
         pending_oracle = _fill_oracle(pending_oracle, history, done=finish is not None)
         if step % TRIM_EVERY == 0 or finish is not None:
@@ -136,11 +136,6 @@ def _clip(draft: BlockDraft | None, depth: int) -> BlockDraft | None:
     if draft is None or depth >= draft.logq.shape[0]:
         return draft
     return BlockDraft(draft.logq[:depth], draft.tokens[:depth], draft.entropy[:depth])
-
-
-def _window(target) -> int:
-    cfg = getattr(target.config, "text_config", target.config)
-    return int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
 
 
 def _cut_at_stop(tokens: list[int], stops: set[int]) -> list[int]:

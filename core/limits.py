@@ -30,6 +30,12 @@ def available_bytes(device: torch.device | None = None) -> int:
     return int(psutil.virtual_memory().available)
 
 
+def context_window(target) -> int:
+    """The target's context window (max_position_embeddings), or practically unbounded when it has none."""
+    cfg = getattr(target.config, "text_config", target.config)
+    return int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
+
+
 def step_bytes(target, n_tree: int, past_len: int) -> int:
     """Estimated peak bytes of one verification forward (see the module docstring)."""
     cfg = getattr(target.config, "text_config", target.config)
@@ -56,8 +62,7 @@ def limits(target, allowance: int | None = None) -> Limits:
     from core.config import MAX_BUDGET
 
     allowance = int(available_bytes(target.device) * SHARE) if allowance is None else allowance
-    cfg = getattr(target.config, "text_config", target.config)
-    window = int(getattr(cfg, "max_position_embeddings", None) or 1 << 20)
+    window = context_window(target)
     ctx = min(window, 2048)
     return Limits(allowance, _largest(lambda n: step_bytes(target, n + 1, ctx) <= allowance, 0, MAX_BUDGET),
                   _largest(lambda p: step_bytes(target, 65, p) <= allowance, 0, window))
@@ -65,9 +70,7 @@ def limits(target, allowance: int | None = None) -> Limits:
 
 def check_memory(target, budget: int, prompt_len: int, max_new_tokens: int) -> None:
     """ValueError when the run's largest step would not fit in the memory available now."""
-    cfg = getattr(target.config, "text_config", target.config)
-    window = int(getattr(cfg, "max_position_embeddings", None) or 1 << 20)
-    context = min(window, prompt_len + max_new_tokens)
+    context = min(context_window(target), prompt_len + max_new_tokens)
     need, allowance = step_bytes(target, budget + 1, context), int(available_bytes(target.device) * SHARE)
     if need > allowance:
         cap = limits(target, allowance)
