@@ -10,6 +10,7 @@ the remaining weights are renormalised. Counts come from a static table built fr
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import warnings
 import zipfile
@@ -88,7 +89,11 @@ def _row(counter: Counter) -> tuple[np.ndarray, np.ndarray]:
 
 
 class NgramModel:
-    """p_ng over the vocabulary for a context: static table + online counts of the current request."""
+    """p_ng over the vocabulary for a context: static table + online counts of the current request.
+
+    Lookups run once per expanded tree node, so they are vectorised over the node's K candidates: unigram counts
+    are a dense [V] array, and each higher-order context's row (static and online counts merged, sorted by token)
+    is built once and cached until `observe` counts that context again."""
 
     def __init__(self, vocab: int, order: int = 3, table: NgramTable | None = None,
                  weights: tuple[float, ...] | None = None):
@@ -98,16 +103,26 @@ class NgramModel:
             raise ValueError(f"the n-gram table has order {table.order}, fewer than the requested {order}")
         self.vocab, self.order, self.table = vocab, order, table
         self.weights = weights or DEFAULT_WEIGHTS.get(order) or tuple(0.5 ** i for i in range(order))
-        self.online: dict[int, dict[int, Counter]] = {j: defaultdict(Counter) for j in range(1, order + 1)}
+        self.online: dict[int, dict[int, Counter]] = {j: defaultdict(Counter) for j in range(2, order + 1)}
+        self.unigram = np.zeros(max(vocab, table.vocab if table else 0))   # [V] static + online counts
+        if table is not None and 0 in table.rows[1]:
+            toks, cnt = table.rows[1][0]
+            self.unigram[toks] += cnt
+        self.unigram_total = float(self.unigram.sum())
+        self._rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float] | None] = {}   # merged, cached
         self.seen = 0   # tokens of the request already counted
 
     def observe(self, history: list[int]) -> None:
         """Count the request's tokens not yet counted (the prompt first, then each step's committed tokens)."""
         for i in range(self.seen, len(history)):
-            for j in range(1, self.order + 1):
+            self.unigram[history[i]] += 1
+            self.unigram_total += 1
+            for j in range(2, self.order + 1):
                 if i - (j - 1) < 0:
                     break
-                self.online[j][context_key(history[i - j + 1: i])][history[i]] += 1
+                key = context_key(history[i - j + 1: i])
+                self.online[j][key][history[i]] += 1
+                self._rows.pop((j, key), None)
         self.seen = len(history)
 
     def logprobs(self, context: list[int], candidates: np.ndarray) -> np.ndarray:
@@ -116,30 +131,42 @@ class NgramModel:
         mix = np.zeros(len(cands))
         total_w = FLOOR
         for level, j in enumerate(range(self.order, 0, -1)):
-            ctx = context[len(context) - (j - 1):] if j > 1 else []
-            if j > 1 and len(context) < j - 1:
-                continue
-            key = context_key(ctx)
-            num, den = self._counts(j, key, cands)
+            if j == 1:
+                num, den = self.unigram[cands], self.unigram_total
+            else:
+                if len(context) < j - 1:
+                    continue
+                row = self._row(j, context_key(context[len(context) - (j - 1):]))
+                if row is None:
+                    continue
+                toks, cnt, den = row
+                idx = np.searchsorted(toks, cands).clip(max=len(toks) - 1)
+                num = np.where(toks[idx] == cands, cnt[idx], 0.0)
             if den > 0:
                 w = self.weights[level]
                 mix += w * num / den
                 total_w += w
         return np.log((mix + FLOOR / self.vocab) / total_w)
 
-    def _counts(self, j: int, key: int, cands: np.ndarray) -> tuple[np.ndarray, float]:
-        num, den = np.zeros(len(cands)), 0.0
-        row = self.table.rows[j].get(key) if self.table is not None else None
-        if row is not None:
-            toks, cnt = row
-            idx = np.searchsorted(toks, cands).clip(max=len(toks) - 1)
-            num += np.where(toks[idx] == cands, cnt[idx], 0)
-            den += float(cnt.sum())
+    def _row(self, j: int, key: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """(sorted next tokens, counts, total) of a context, static and online counts together; None if unseen."""
+        try:
+            return self._rows[(j, key)]
+        except KeyError:
+            pass
+        static = self.table.rows[j].get(key) if self.table is not None else None
         extra = self.online[j].get(key)
         if extra:
-            num += np.array([extra.get(int(c), 0) for c in cands])
-            den += float(sum(extra.values()))
-        return num, den
+            merged = Counter(dict(zip(static[0].tolist(), static[1].tolist()))) if static is not None else Counter()
+            merged.update(extra)
+            toks, cnt = _row(merged)
+            row = (toks, cnt.astype(np.float64), float(cnt.sum()))
+        elif static is not None:
+            row = (static[0], static[1].astype(np.float64), float(static[1].sum()))
+        else:
+            row = None
+        self._rows[(j, key)] = row
+        return row
 
 
 def load_model(path: str | Path | None, vocab: int, order: int = 3) -> NgramModel:
@@ -149,7 +176,14 @@ def load_model(path: str | Path | None, vocab: int, order: int = 3) -> NgramMode
         warnings.warn(f"n-gram table {path} not found: PRESTO uses only the request's own n-gram counts "
                       "(build the table with `python -m core.ngram build`)", stacklevel=2)
         return NgramModel(vocab, order)
-    return NgramModel(vocab, order, NgramTable.load(path))
+    path = Path(path)
+    return NgramModel(vocab, order, _cached_table(str(path.resolve()), path.stat().st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_table(path: str, mtime_ns: int) -> NgramTable:
+    """Tables are read-only (a model keeps its online counts apart), so requests share one load per file version."""
+    return NgramTable.load(path)
 
 
 def main(argv=None) -> None:

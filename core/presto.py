@@ -35,15 +35,17 @@ class _Scorer:
     """Local scores log q_d(t) + lam_d log p_ng(t | path context) of a node's K candidates, sorted once per node."""
 
     def __init__(self, logq, tokens, context, ngram, lams, order):
-        self.lq, self.tok, self.context, self.ngram, self.lams, self.order = logq, tokens, context, ngram, lams, order
+        self.lq, self.tok, self.ngram, self.lams = logq.astype(np.float64), tokens, ngram, lams
+        self.n = order - 1                                   # context tokens the n-gram sees
+        self.context = list(context[len(context) - self.n:]) if self.n > 0 else []
 
     def children(self, path_tokens: list[int], depth: int) -> tuple[list[int], list[float]]:
         """Candidate indices at `depth` (0-based row) in descending local score, and those scores."""
-        local = self.lq[depth].astype(np.float64)
+        local = self.lq[depth]
         if self.lams[depth] != 0.0:
-            ctx = (self.context + path_tokens)[-(self.order - 1):] if self.order > 1 else []
+            ctx = (self.context + path_tokens[-self.n:])[-self.n:] if self.n > 0 else []
             local = local + self.lams[depth] * self.ngram.logprobs(ctx, self.tok[depth])
-        order = np.argsort(-local, kind="stable")
+        order = (-local).argsort(kind="stable")
         return order.tolist(), local[order].tolist()
 
 
@@ -55,14 +57,21 @@ def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, 
     out = root_only(bonus)
     if budget <= 0 or n_pos == 0 or k == 0:
         return out
-    scorer = _Scorer(logq, tokens, list(context), ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram
-                     else 1)
+    lams = depth_lambdas(lam, n_pos, entropy, k)
+    scorer = _Scorer(logq, tokens, context, ngram, lams, ngram.order if ngram else 1)
     lq, tok = logq.astype(np.float64).tolist(), tokens.tolist()
     orders = {0: scorer.children([], 0)}     # node -> (child candidate order, local scores)
     paths = {0: []}
-    heap = [(-orders[0][1][0], (0,), 0, 0.0)]  # (-S, ranks in per-parent order, parent node, parent S)
+    # heap entry: (-S, ranks in per-parent order, parent node, parent S). A node's first child is pushed lazily:
+    # with the bound S(node) + max log q (n-gram terms are <= 0) until it pops, and only then are the node's K
+    # children scored, so nodes whose children never reach the top-B cost no n-gram lookups.
+    heap = [(-orders[0][1][0], (0,), 0, 0.0)]
     while heap and out.size < budget:
         neg, ranks, parent, parent_s = heapq.heappop(heap)
+        if parent not in orders:             # a lazy first child: score the parent's children, push the real one
+            orders[parent] = scorer.children(paths[parent], len(ranks) - 1)
+            heapq.heappush(heap, (-(parent_s + orders[parent][1][0]), ranks, parent, parent_s))
+            continue
         d, r = len(ranks), ranks[-1]
         cand = orders[parent][0][r]
         node = len(out.tokens)
@@ -72,8 +81,11 @@ def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, 
             heapq.heappush(heap, (-(parent_s + orders[parent][1][r + 1]), ranks[:-1] + (r + 1,), parent, parent_s))
         if d < n_pos:
             paths[node] = paths[parent] + [out.tokens[node]]
-            orders[node] = scorer.children(paths[node], d)
-            heapq.heappush(heap, (neg - orders[node][1][0], ranks + (0,), node, -neg))
+            if lams[d] == 0.0:               # exact without the n-gram: no bound needed
+                orders[node] = scorer.children(paths[node], d)
+                heapq.heappush(heap, (neg - orders[node][1][0], ranks + (0,), node, -neg))
+            else:
+                heapq.heappush(heap, (neg - lq[d][0], ranks + (0,), node, -neg))
     return out
 
 
@@ -84,8 +96,7 @@ def build_presto_beam(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: 
     logq = clean(logq)
     if budget <= 0 or n_pos == 0 or k == 0:
         return root_only(bonus)
-    scorer = _Scorer(logq, tokens, list(context), ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram
-                     else 1)
+    scorer = _Scorer(logq, tokens, context, ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram else 1)
     # pool entry: (S, depth, parent pool index or -1 for the root, candidate index, path tokens)
     pool: list[tuple[float, int, int, int, list[int]]] = []
     beam = [(-1, 0.0, [])]                         # (pool index, S, path tokens)

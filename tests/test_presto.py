@@ -85,6 +85,35 @@ def test_ngram_distribution_sums_to_one(tmp_path):
     assert model.logprobs([1, 2], np.array([3]))[0] > model.logprobs([1, 2], np.array([7]))[0]   # online counts
 
 
+def reference_logprob(seqs, ctx, token, order, vocab):
+    """Interpolated p_ng counted directly from the sequences (no table, no cache)."""
+    from core.ngram import DEFAULT_WEIGHTS, FLOOR
+    mix, total_w = 0.0, FLOOR
+    for level, j in enumerate(range(order, 0, -1)):
+        if len(ctx) < j - 1:
+            continue
+        c = tuple(ctx[len(ctx) - (j - 1):]) if j > 1 else ()
+        nexts = [s[i + j - 1] for s in seqs for i in range(len(s) - j + 1) if tuple(s[i:i + j - 1]) == c]
+        if nexts:
+            mix += DEFAULT_WEIGHTS[order][level] * nexts.count(token) / len(nexts)
+            total_w += DEFAULT_WEIGHTS[order][level]
+    return np.log((mix + FLOOR / vocab) / total_w)
+
+
+def test_online_counts_follow_the_request(tmp_path):
+    """Lookups between observes (cached rows) agree with counting the table's data plus the history so far."""
+    rng = np.random.default_rng(1)
+    seqs = [rng.integers(0, 12, size=60).tolist() for _ in range(6)]
+    model = NgramModel(12, 3, NgramTable.build(seqs, order=3, vocab=12))
+    history = rng.integers(0, 12, size=40).tolist()
+    for end in (5, 6, 17, 40):
+        model.observe(history[:end])
+        for ctx in ([], history[end - 1:end], history[end - 2:end], [3, 3]):
+            got = model.logprobs(ctx, np.arange(12))
+            want = [reference_logprob(seqs + [history[:end]], ctx, t, 3, 12) for t in range(12)]
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_missing_table_falls_back_and_corrupt_table_is_an_error(tmp_path):
     with pytest.warns(UserWarning, match="not found"):
         model = load_model(tmp_path / "none.npz", vocab=50)
