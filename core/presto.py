@@ -39,12 +39,16 @@ class _Scorer:
         self.n = order - 1                                   # context tokens the n-gram sees
         self.context = list(context[len(context) - self.n:]) if self.n > 0 else []
 
+    def local(self, path_tokens: list[int], depth: int) -> np.ndarray:
+        """[K] local scores of the candidates at `depth` (0-based row) after this path."""
+        if self.lams[depth] == 0.0:
+            return self.lq[depth]
+        ctx = (self.context + path_tokens[-self.n:])[-self.n:] if self.n > 0 else []
+        return self.lq[depth] + self.lams[depth] * self.ngram.logprobs(ctx, self.tok[depth])
+
     def children(self, path_tokens: list[int], depth: int) -> tuple[list[int], list[float]]:
-        """Candidate indices at `depth` (0-based row) in descending local score, and those scores."""
-        local = self.lq[depth]
-        if self.lams[depth] != 0.0:
-            ctx = (self.context + path_tokens[-self.n:])[-self.n:] if self.n > 0 else []
-            local = local + self.lams[depth] * self.ngram.logprobs(ctx, self.tok[depth])
+        """Candidate indices at `depth` in descending local score (ties: lower index first), and those scores."""
+        local = self.local(path_tokens, depth)
         order = (-local).argsort(kind="stable")
         return order.tolist(), local[order].tolist()
 
@@ -97,30 +101,35 @@ def build_presto_beam(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: 
     if budget <= 0 or n_pos == 0 or k == 0:
         return root_only(bonus)
     scorer = _Scorer(logq, tokens, context, ngram, depth_lambdas(lam, n_pos, entropy, k), ngram.order if ngram else 1)
-    # pool entry: (S, depth, parent pool index or -1 for the root, candidate index, path tokens)
-    pool: list[tuple[float, int, int, int, list[int]]] = []
-    beam = [(-1, 0.0, [])]                         # (pool index, S, path tokens)
+    # the pool, one array chunk per depth: S, depth, parent pool index (-1 = root), candidate index
+    pool_s, pool_d, pool_parent, pool_cand = [], [], [], []
+    beam_idx, beam_s, beam_paths = np.array([-1]), np.array([0.0]), [[]]
+    offset = 0
     for d in range(n_pos):
-        generated = []
-        for idx, s, path in beam:
-            order, local = scorer.children(path, d)
-            for cand, ls in zip(order, local):
-                generated.append((s + ls, d + 1, idx, cand, path + [int(tokens[d, cand])]))
-        generated.sort(key=lambda g: -g[0])
-        start = len(pool)
-        pool.extend(generated)
-        beam = [(start + i, g[0], g[4]) for i, g in enumerate(generated[:beam_width])]
+        s = beam_s[:, None] + np.stack([scorer.local(path, d) for path in beam_paths])   # [W, K] S of every child
+        row, cand = np.divmod(np.arange(s.size), k)
+        flat = s.ravel()
+        ranked = np.lexsort((cand, row, -flat))         # best S first; ties: earlier beam entry, lower candidate
+        pool_s.append(flat[ranked])
+        pool_d.append(np.full(len(ranked), d + 1))
+        pool_parent.append(beam_idx[row[ranked]])
+        pool_cand.append(cand[ranked])
+        top = ranked[:beam_width]
+        beam_idx, beam_s = offset + np.arange(len(top)), flat[top]
+        beam_paths = [beam_paths[r] + [int(tokens[d, c])] for r, c in zip(row[top].tolist(), cand[top].tolist())]
+        offset += len(ranked)
+    pool_s, pool_d = np.concatenate(pool_s), np.concatenate(pool_d)
+    pool_parent, pool_cand = np.concatenate(pool_parent).tolist(), np.concatenate(pool_cand).tolist()
     # top-B by S; ties prefer shallower nodes, so a parent always precedes its children
-    chosen = sorted(range(len(pool)), key=lambda i: (-pool[i][0], pool[i][1], i))[:budget]
-    chosen.sort(key=lambda i: (-pool[i][0], pool[i][1], i))
+    chosen = np.lexsort((np.arange(len(pool_s)), pool_d, -pool_s))[:budget].tolist()
     node_of = {-1: 0}
     out = root_only(bonus)
     for i in chosen:
-        s, d, parent, cand, _ = pool[i]
+        d, cand = int(pool_d[i]), pool_cand[i]
         node_of[i] = len(out.tokens)
-        p = node_of[parent]
+        p = node_of[pool_parent[i]]
         lq = float(logq[d - 1, cand])
-        _append(out, int(tokens[d - 1, cand]), p, d, cand, lq, out.prefix_logq[p] + lq, s)
+        _append(out, int(tokens[d - 1, cand]), p, d, cand, lq, out.prefix_logq[p] + lq, float(pool_s[i]))
     return out
 
 
