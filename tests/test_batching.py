@@ -57,3 +57,28 @@ def test_generate_data_end_to_end_resumes(tmp_path, monkeypatch):
     assert shards == ["shard-00000.npz", "shard-00001.npz", "shard-00002.npz"]
     d = np.load(tmp_path / shards[0], allow_pickle=False)
     assert all(0 < n - p <= 6 for n, p in zip(d["lengths"], d["prompt_lengths"]))
+
+
+def test_interrupt_keeps_finished_replies(tmp_path, monkeypatch):
+    """Ctrl-C during generation writes the replies already finished; the rerun skips exactly those."""
+    import sys
+
+    from core.training import batching, generate_data
+
+    real = batching.continuous_generate
+
+    def interrupted(*args, **kwargs):
+        for n, item in enumerate(real(*args, **kwargs)):
+            if n == 2:
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(batching, "continuous_generate", interrupted)
+    monkeypatch.setattr(sys, "argv", ["generate_data", "--out", str(tmp_path), "--max-new-tokens", "4",
+                                      "--batch-size", "2", "--batches-per-shard", "4", "--limit", "6",
+                                      "--threads", "2"])
+    generate_data.main()
+    assert len(generate_data.done_keys(tmp_path)) == 2          # the shard was not complete, still written
+    monkeypatch.setattr(batching, "continuous_generate", real)
+    generate_data.main()
+    assert len(generate_data.done_keys(tmp_path)) == 6

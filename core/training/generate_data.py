@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -68,17 +69,22 @@ def generate(args) -> None:
         encoded = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in prompts]
         sampled = lambda i: i % args.sample_every == args.sample_every - 1     # noqa: E731
         rows = []
-        for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
-                                            {tok.eos_token_id}, sampled, generator=torch.Generator().manual_seed(
-                                                args.seed)):
-            rows.append({"key": prompts[i].key, "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
-                         "sampled": sampled(i)})
-            made += len(reply)
-            bar.update(1)
-            bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
-            if len(rows) >= args.batch_size * args.batches_per_shard or bar.n == len(prompts):
+        try:
+            for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
+                                                {tok.eos_token_id}, sampled, generator=torch.Generator().manual_seed(
+                                                    args.seed)):
+                rows.append({"key": prompts[i].key, "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
+                             "sampled": sampled(i)})
+                made += len(reply)
+                bar.update(1)
+                bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
+                if len(rows) >= args.batch_size * args.batches_per_shard or bar.n == len(prompts):
+                    write_shard(out, shard, rows, len(tok))
+                    shard, rows = shard + 1, []
+        except KeyboardInterrupt:      # keep the finished replies; the slots still decoding are redone next time
+            if rows:
                 write_shard(out, shard, rows, len(tok))
-                shard, rows = shard + 1, []
+            print(f"\ninterrupted: {bar.n} replies kept ({made} tokens); rerun to continue", file=sys.stderr)
         bar.close()
         return
     for b in range(0, len(prompts), args.batch_size * args.batches_per_shard):
