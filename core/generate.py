@@ -31,7 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=256, help="generation length cap (default 256)")
     ap.add_argument("--seed", type=int, default=0, help="seed for sampling at temperature > 0 (default 0)")
     ap.add_argument("--block-size", type=int, default=None, help="draft block size (default: the drafter's)")
-    ap.add_argument("--lam", type=float, default=0.2, help="PRESTO: weight of the n-gram score (default 0.2)")
+    ap.add_argument("--lam", type=float, default=DecodeConfig.lam,
+                    help=f"PRESTO: weight of the n-gram score (default {DecodeConfig.lam})")
     ap.add_argument("--beam-width", type=int, default=None, help="PRESTO-beam: beam width per depth")
     ap.add_argument("--pair", default="smollm2-135m", choices=sorted(MODEL_PAIRS),
                     help="registered target+drafter pair (default: the embedded smollm2-135m)")
