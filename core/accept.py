@@ -43,7 +43,9 @@ def warp(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: in
 
 def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
     """logits: [N, V]. Walk while the target's argmax is a child."""
-    choice = logits.argmax(-1).tolist()          # one device sync for the whole tree
+    # one device sync for the whole tree; argmax over a float copy is about 2x faster than over bf16 on CPU and
+    # picks the same index (same values, first maximum)
+    choice = logits.float().argmax(-1).tolist()
     maps, node, path = child_maps(tree), 0, [0]
     while choice[node] in maps[node]:
         node = maps[node][choice[node]]
