@@ -19,12 +19,13 @@ from core.dflash import DFlashDrafter, DraftKV
 class BlockDraft:
     logq: np.ndarray     # [L, K] float32 log q_i of the candidates, descending per row (normalised over V)
     tokens: np.ndarray   # [L, K] int64 candidate token ids
-    entropy: np.ndarray  # [L] float32 entropy of each q_i (nats), for entropy-adaptive PRESTO
+    entropy: np.ndarray | None = None  # [L] float32 entropy of each q_i (nats); only for entropy-adaptive PRESTO
 
 
 def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonus: int, start: int,
-                cache: DraftKV, n_pos: int, k: int) -> BlockDraft:
-    """ctx_features: [C, n_taps*H] for positions start-C .. start-1 (appended to `cache`); n_pos = L drafted."""
+                cache: DraftKV, n_pos: int, k: int, entropy: bool = False) -> BlockDraft:
+    """ctx_features: [C, n_taps*H] for positions start-C .. start-1 (appended to `cache`); n_pos = L drafted.
+    The entropies (a pass over [L, V], about 1.5 % of a CPU step) are computed only when asked for."""
     c = ctx_features.shape[0]
     assert cache.length + c == start, "drafter cache must end where the new context starts"
     device = ctx_features.device
@@ -36,5 +37,5 @@ def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonu
     logits = drafter.logits(hidden[0, 1:], target.get_output_embeddings()).float()     # [L, V]
     logq = torch.log_softmax(logits, dim=-1)
     top = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)
-    entropy = torch.special.entr(logq.exp()).sum(-1)
-    return BlockDraft(top.values.cpu().numpy(), top.indices.cpu().numpy(), entropy.cpu().numpy())
+    h = torch.special.entr(logq.exp()).sum(-1).cpu().numpy() if entropy else None
+    return BlockDraft(top.values.cpu().numpy(), top.indices.cpu().numpy(), h)

@@ -74,7 +74,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         # 1) draft: one drafter forward over [bonus, MASK x L]
         with timed(seconds, "draft", sync):
             if drafter is not None and depth_cap > 0:
-                draft = draft_block(drafter, target, ctx, bonus, past_len, draft_kv, n_pos, k)
+                draft = draft_block(drafter, target, ctx, bonus, past_len, draft_kv, n_pos, k, cfg.entropy_lam)
                 ctx = ctx[:0]
         # 2) build tree: pure function of the [L, K] candidates
         with timed(seconds, "tree"):
@@ -135,7 +135,8 @@ def _default_builder(cfg: DecodeConfig, pair):
 def _clip(draft: BlockDraft | None, depth: int) -> BlockDraft | None:
     if draft is None or depth >= draft.logq.shape[0]:
         return draft
-    return BlockDraft(draft.logq[:depth], draft.tokens[:depth], draft.entropy[:depth])
+    entropy = draft.entropy[:depth] if draft.entropy is not None else None
+    return BlockDraft(draft.logq[:depth], draft.tokens[:depth], entropy)
 
 
 def _cut_at_stop(tokens: list[int], stops: set[int]) -> list[int]:

@@ -136,3 +136,32 @@ def test_presto_lossless_at_temperature_zero(method, arch, seed, budget):
         records = run(pair, prompt, DecodeConfig(method=method, budget=budget, max_new_tokens=40, lam=0.5))
     assert output_ids(records) == hf_greedy(pair, prompt, 40)
     assert all(r.tree.size == min(budget, 7 * min(budget, 96)) for r in records[1:] if r.tree.max_depth == 7)
+
+
+def test_entropy_adaptive_lambda(monkeypatch):
+    """entropy_lam scales λ per depth by H(q_d) / log K: it changes the tree where the drafter is sure, the engine
+    hands the drafter's entropies to the builder only then, and decoding stays lossless."""
+    logq, tokens = marginals(2, n_pos=4, k=5)
+    sure = np.array([0.1, 0.2, 1.0, 5.0])                     # nats; log K = 1.61
+    assert build_presto(logq, tokens, 12, 3, [1, 2], HashNgram(), lam=1.0, entropy=np.full(4, 9.0)) == \
+        build_presto(logq, tokens, 12, 3, [1, 2], HashNgram(), lam=1.0)        # unsure everywhere: λ unchanged
+    assert build_presto(logq, tokens, 12, 3, [1, 2], HashNgram(), lam=1.0, entropy=sure) != \
+        build_presto(logq, tokens, 12, 3, [1, 2], HashNgram(), lam=1.0)
+
+    import core.presto
+
+    seen, real = [], core.presto.build_presto
+    monkeypatch.setattr(core.presto, "build_presto", lambda *a, **kw: (
+        seen.append(a[7] if len(a) > 7 else kw.get("entropy")), real(*a, **kw))[1])
+    pair = tiny_pair("llama", 0)
+    prompt = [0] + list(np.random.default_rng(4).integers(2, 90, size=10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for adaptive in (False, True):
+            seen.clear()
+            records = run(pair, prompt, DecodeConfig(method="presto", budget=32, max_new_tokens=30, lam=2.0,
+                                                     entropy_lam=adaptive))
+            assert output_ids(records) == hf_greedy(pair, prompt, 30)
+            assert seen and all((h is not None) == adaptive for h in seen)
+            if adaptive:
+                assert all(h.ndim == 1 and 1 <= len(h) <= 7 and (h > 0).all() for h in seen)
