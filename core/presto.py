@@ -63,7 +63,8 @@ def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, 
         return out
     lams = depth_lambdas(lam, n_pos, entropy, k)
     scorer = _Scorer(logq, tokens, context, ngram, lams, ngram.order if ngram else 1)
-    lq, tok = logq.astype(np.float64).tolist(), tokens.tolist()
+    lq, tok = scorer.lq.tolist(), tokens.tolist()
+    best = [max(row) for row in lq]          # max log q per depth: the bound's drafter term
     orders = {0: scorer.children([], 0)}     # node -> (child candidate order, local scores)
     paths = {0: []}
     # heap entry: (-S, ranks in per-parent order, parent node, parent S). A node's first child is pushed lazily:
@@ -89,7 +90,7 @@ def build_presto(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: int, 
                 orders[node] = scorer.children(paths[node], d)
                 heapq.heappush(heap, (neg - orders[node][1][0], ranks + (0,), node, -neg))
             else:
-                heapq.heappush(heap, (neg - lq[d][0], ranks + (0,), node, -neg))
+                heapq.heappush(heap, (neg - best[d], ranks + (0,), node, -neg))
     return out
 
 
