@@ -117,8 +117,9 @@ def main(argv=None, pair=None) -> list[dict]:
     ap.add_argument("--auto-cap", type=int, default=None,
                     help="largest budget ddtree-auto / presto-auto may choose (default: the largest of --budgets)")
     ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
-    ap.add_argument("--lams", default=str(DecodeConfig.lam), help="comma-separated λ for presto / presto-beam (a sweep: one row "
-                                                  "label per value, e.g. 'presto λ=0.1')")
+    ap.add_argument("--lams", default=str(DecodeConfig.lam),
+                    help="comma-separated λ for presto / presto-beam (a sweep: one row label per value, "
+                         "e.g. 'presto λ=0.1')")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--dtype", default="bf16")

@@ -136,7 +136,7 @@ class NgramModel:
             else:
                 if len(context) < j - 1:
                     continue
-                row = self._row(j, context_key(context[len(context) - (j - 1):]))
+                row = self._merged_row(j, context_key(context[len(context) - (j - 1):]))
                 if row is None:
                     continue
                 toks, cnt, den = row
@@ -148,7 +148,7 @@ class NgramModel:
                 total_w += w
         return np.log((mix + FLOOR / self.vocab) / total_w)
 
-    def _row(self, j: int, key: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+    def _merged_row(self, j: int, key: int) -> tuple[np.ndarray, np.ndarray, float] | None:
         """(sorted next tokens, counts, total) of a context, static and online counts together; None if unseen."""
         try:
             return self._rows[(j, key)]
