@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+from itertools import product
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,6 +31,7 @@ from core.baselines import BASELINES  # noqa: E402
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 
 SWEPT = ("presto", "presto-beam")   # methods run once per --lams value
+DRAFTING = ("chain",) + TREE_METHODS   # methods run once per --readouts value
 
 
 def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None,
@@ -120,6 +122,9 @@ def main(argv=None, pair=None) -> list[dict]:
     ap.add_argument("--lams", default=str(DecodeConfig.lam),
                     help="comma-separated λ for presto / presto-beam (a sweep: one row label per value, "
                          "e.g. 'presto λ=0.1')")
+    ap.add_argument("--readouts", default="draft",
+                    help="comma-separated: draft (the drafter's draft vocabulary plus the prompt's tokens, when it "
+                         "ships one), full (all V); with both, full rows are labelled '<method> full-head'")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--dtype", default="bf16")
@@ -139,6 +144,9 @@ def main(argv=None, pair=None) -> list[dict]:
     budgets = [int(b) for b in args.budgets.split(",")]
     temps = [float(t) for t in args.temperatures.split(",")]
     lams = [float(x) for x in args.lams.split(",")]
+    readouts = args.readouts.split(",")
+    if not set(readouts) <= {"draft", "full"}:
+        ap.error(f"unknown readout in {args.readouts!r}; choose draft, full or draft,full")
     jobs = []
     for source in args.datasets.split(","):
         d = Path(source).stem if source.endswith(".jsonl") else source.split(":")[1] if source.startswith(
@@ -149,11 +157,13 @@ def main(argv=None, pair=None) -> list[dict]:
                     for m in methods:
                         for b in ([args.auto_cap or max(budgets)] if m in AUTO_METHODS else
                                   budgets if m in TREE_METHODS else [0]):
-                            for lam in (lams if m in SWEPT else lams[:1]):
+                            for lam, ro in product(lams if m in SWEPT else lams[:1],
+                                                   readouts if m in DRAFTING else readouts[:1]):
                                 label = f"{m} λ={lam:g}" if m in SWEPT and len(lams) > 1 else m
+                                label += " full-head" if ro == "full" and len(readouts) > 1 else ""
                                 jobs.append((d, i, turns[: j + 1], label, DecodeConfig(
                                     method=m, budget=b or budgets[0], temperature=t, lam=lam,
-                                    max_new_tokens=args.max_new_tokens)))
+                                    max_new_tokens=args.max_new_tokens, full_readout=ro == "full")))
     warm = encode_messages(pair.tokenizer, [{"role": "user", "content": jobs[0][2][0]}]) if jobs else []
     for m in methods if warm else []:         # one short warm-up generation per method
         _generate(m, pair, warm, DecodeConfig(method=m if m not in BASELINES else "ar", budget=budgets[0],

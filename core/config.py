@@ -31,6 +31,7 @@ class DecodeConfig:
     ngram_order: int = 3         # PRESTO: n of the n-gram model
     entropy_lam: bool = False    # PRESTO: scale lam by the drafter's normalised entropy per depth
     record_k: int = 64           # drafter candidates per position kept in each StepRecord (oracle bound, viz)
+    full_readout: bool = False   # draft from all V even when the drafter ships a draft vocabulary
 
     def validate(self, max_block: int | None = None) -> "DecodeConfig":
         """Raise ValueError with a message that says what to change."""

@@ -121,6 +121,7 @@ class DFlashDrafter(nn.Module):
         self.rotary_emb = Qwen3RotaryEmbedding(config)
         self.fc = nn.Linear(len(self.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.draft_vocab: torch.Tensor | None = None    # [Vd] sorted token ids drafted from; None = all V
 
     @classmethod
     def from_config_dict(cls, config: dict) -> "DFlashDrafter":
@@ -143,6 +144,17 @@ class DFlashDrafter(nn.Module):
         out = lm_head(hidden) * self.output_multiplier
         return torch.tanh(out / self.softcap) * self.softcap if self.softcap > 0 else out
 
+    def set_draft_vocab(self, token_ids) -> None:
+        """Draft only from `token_ids` (plus each request's prompt tokens; None: the whole vocabulary). Replies use
+        a small part of the vocabulary, so reading out those rows of the LM head (as EAGLE-3's draft vocabulary)
+        drafts the same tokens for a fraction of the [V, H] head's memory traffic; verification still scores all V."""
+        self.draft_vocab = None if token_ids is None else torch.as_tensor(token_ids, dtype=torch.long).unique()
+
+    def logits_from_rows(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """`logits` restricted to some rows [Vr, H] of the LM head: [..., Vr]."""
+        out = F.linear(hidden, rows) * self.output_multiplier
+        return torch.tanh(out / self.softcap) * self.softcap if self.softcap > 0 else out
+
     def config_dict(self) -> dict:
         """z-lab's config.json layout (model_type qwen3, DFlashDraftModel, dflash_config)."""
         c = self.config
@@ -163,7 +175,8 @@ class DFlashDrafter(nn.Module):
         }
 
     def save(self, folder, dtype: torch.dtype = torch.bfloat16) -> None:
-        """Write config.json + model.safetensors (no embedding or LM head: they are the target's)."""
+        """Write config.json + model.safetensors (no embedding or LM head: they are the target's), and
+        draft_vocab.json when the readout is restricted (the official implementation ignores it)."""
         import json
         from pathlib import Path
 
@@ -177,6 +190,14 @@ class DFlashDrafter(nn.Module):
         save_file(state, str(tmp), metadata={"format": "pt"})
         tmp.replace(folder / "model.safetensors")
         (folder / "config.json").write_text(json.dumps(self.config_dict(), indent=2) + "\n")
+        vocab_file = folder / DRAFT_VOCAB_FILE
+        if self.draft_vocab is not None:
+            vocab_file.write_text(json.dumps({"token_ids": self.draft_vocab.tolist()}) + "\n")
+        elif vocab_file.exists():
+            vocab_file.unlink()
+
+
+DRAFT_VOCAB_FILE = "draft_vocab.json"
 
 
 def _rope_theta(config) -> float:

@@ -1,8 +1,9 @@
 """One DFlash draft step: context features + bonus token -> the drafter's top-K per block position.
 
 The block `[bonus, MASK x (L)]` is embedded with the target's embedding table, run through the drafter once with
-the new context features (those not yet in the drafter cache), and read out through the target's LM head. Only
-the [L, K] candidates cross to the CPU, once, for the tree builders.
+the new context features (those not yet in the drafter cache), and read out through the target's LM head: all of
+it, or the rows of the drafter's draft vocabulary and the prompt's tokens when it ships one (q is then normalised
+over those). Only the [L, K] candidates cross to the CPU, once, for the tree builders.
 """
 from __future__ import annotations
 
@@ -16,16 +17,35 @@ from core.dflash import DFlashDrafter, DraftKV
 
 
 @dataclass(frozen=True)
+class Readout:
+    """The LM-head rows one request drafts from: the drafter's draft vocabulary plus the prompt's own tokens
+    (replies copy names and words from their prompt), read out of the head once per request."""
+    ids: torch.Tensor    # [Vr] sorted token ids
+    rows: torch.Tensor   # [Vr, H] their LM-head rows
+
+
+def readout_for(drafter: DFlashDrafter, target, prompt_ids: list[int]) -> Readout | None:
+    """None (read out all V) when the drafter has no draft vocabulary."""
+    if drafter.draft_vocab is None:
+        return None
+    head = target.get_output_embeddings().weight
+    ids = torch.cat([drafter.draft_vocab.to(head.device), torch.tensor(prompt_ids, device=head.device)]).unique()
+    return Readout(ids, head.detach()[ids])
+
+
+@dataclass(frozen=True)
 class BlockDraft:
-    logq: np.ndarray     # [L, K] float32 log q_i of the candidates, descending per row (normalised over V)
+    logq: np.ndarray     # [L, K] float32 log q_i of the candidates, descending per row (normalised over the readout)
     tokens: np.ndarray   # [L, K] int64 candidate token ids
     entropy: np.ndarray | None = None  # [L] float32 entropy of each q_i (nats); only for entropy-adaptive PRESTO
 
 
 def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonus: int, start: int,
-                cache: DraftKV, n_pos: int, k: int, entropy: bool = False) -> BlockDraft:
-    """ctx_features: [C, n_taps*H] for positions start-C .. start-1 (appended to `cache`); n_pos = L drafted.
-    The entropies (a pass over [L, V], about 1.5 % of a CPU step) are computed only when asked for."""
+                cache: DraftKV, n_pos: int, k: int, entropy: bool = False,
+                readout: Readout | None = None) -> BlockDraft:
+    """ctx_features: [C, n_taps*H] for positions start-C .. start-1 (appended to `cache`); n_pos = L drafted;
+    `readout`: the request's draft rows of the LM head (None: all V). The entropies (a pass over [L, V], about
+    1.5 % of a CPU step) are computed only when asked for."""
     c = ctx_features.shape[0]
     assert cache.length + c == start, "drafter cache must end where the new context starts"
     device = ctx_features.device
@@ -34,8 +54,12 @@ def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonu
     noise = F.embedding(block, target.get_input_embeddings().weight) * drafter.input_embedding_scale
     positions = torch.arange(start - c, start + n_pos + 1, device=device)[None]        # [1, C+L+1]
     hidden = drafter(ctx_features[None], noise, positions, cache)                      # [1, L+1, H]
-    logits = drafter.logits(hidden[0, 1:], target.get_output_embeddings()).float()     # [L, V]
+    if readout is None:
+        logits = drafter.logits(hidden[0, 1:], target.get_output_embeddings()).float()     # [L, V]
+    else:
+        logits = drafter.logits_from_rows(hidden[0, 1:], readout.rows).float()            # [L, Vr]
     logq = torch.log_softmax(logits, dim=-1)
     top = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)
+    tokens = top.indices if readout is None else readout.ids[top.indices]
     h = torch.special.entr(logq.exp()).sum(-1).cpu().numpy() if entropy else None
-    return BlockDraft(top.values.cpu().numpy(), top.indices.cpu().numpy(), h)
+    return BlockDraft(top.values.cpu().numpy(), tokens.cpu().numpy(), h)

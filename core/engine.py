@@ -13,7 +13,7 @@ from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token
 from core.builders import BUILDERS, NESTED
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
-from core.drafter import BlockDraft, draft_block
+from core.drafter import BlockDraft, draft_block, readout_for
 from core.kv_cache import cache_kwargs, compact, new_cache
 from core.limits import check_memory, context_window, release_free_memory
 from core.records import StepRecord, timed
@@ -53,6 +53,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     k = cfg.topk or min(cfg.budget, target.get_output_embeddings().weight.shape[0])
     window, stops, history = context_window(target), set(pair.stop_ids), list(prompt_ids)
     cache, draft_kv = new_cache(target), DraftKV(len(drafter.layers)) if drafter is not None else None
+    readout = readout_for(drafter, target, prompt_ids) if drafter is not None and not cfg.full_readout else None
 
     # 0) prefill: the target reads the prompt; its first token is the first bonus token
     seconds: dict[str, float] = {}
@@ -74,7 +75,8 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         # 1) draft: one drafter forward over [bonus, MASK x L]
         with timed(seconds, "draft", sync):
             if drafter is not None and depth_cap > 0:
-                draft = draft_block(drafter, target, ctx, bonus, past_len, draft_kv, n_pos, k, cfg.entropy_lam)
+                draft = draft_block(drafter, target, ctx, bonus, past_len, draft_kv, n_pos, k, cfg.entropy_lam,
+                                    readout)
                 ctx = ctx[:0]
         # 2) build tree: pure function of the [L, K] candidates
         with timed(seconds, "tree"):

@@ -41,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="DFlash drafter folder or hub id to go with --target ('random' = untrained)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"], help="weights dtype (default bf16)")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
+    ap.add_argument("--full-readout", action="store_true",
+                    help="draft from the whole vocabulary even when the drafter ships a draft vocabulary")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     return ap.parse_args(argv)
 
@@ -49,7 +51,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = DecodeConfig(method=args.method, budget=args.budget, temperature=args.temperature, top_p=args.top_p,
                        top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                       block_size=args.block_size, lam=args.lam, beam_width=args.beam_width)
+                       block_size=args.block_size, lam=args.lam, beam_width=args.beam_width,
+                       full_readout=args.full_readout)
     try:
         cfg.validate()
     except ValueError as e:

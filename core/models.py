@@ -193,8 +193,28 @@ def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch
     if missing or unexpected:
         raise ModelLoadError(f"drafter {source!r} does not match the DFlash layout: missing {missing[:4]}, "
                              f"unexpected {unexpected[:4]}")
+    drafter.set_draft_vocab(_read_draft_vocab(folder, source, target))
     device = next(target.parameters()).device
     return drafter.to(device=device, dtype=resolve_dtype(dtype)).eval().requires_grad_(False)
+
+
+def _read_draft_vocab(folder: Path, source, target) -> list[int] | None:
+    """The drafter's restricted readout (draft_vocab.json), if it ships one; None reads out every token."""
+    from core.dflash import DRAFT_VOCAB_FILE
+
+    path = folder / DRAFT_VOCAB_FILE
+    if not path.is_file():
+        return None
+    try:
+        ids = json.loads(path.read_text())["token_ids"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ModelLoadError(f"drafter {source!r}: unreadable {DRAFT_VOCAB_FILE} ({e}); delete it to read out "
+                             f"the whole vocabulary") from e
+    vocab = target.get_output_embeddings().weight.shape[0]
+    if not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
+        raise ModelLoadError(f"drafter {source!r}: {DRAFT_VOCAB_FILE} must list token ids in [0, {vocab}); "
+                             f"delete it to read out the whole vocabulary")
+    return ids
 
 
 def check_compatible(drafter, target) -> None:
@@ -224,7 +244,7 @@ def _drafter_folder(source: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors"]))
+        return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors", "draft_vocab.json"]))
     except Exception as e:
         raise ModelLoadError(f"drafter {source!r} is not on disk and could not be fetched ({e})") from e
 

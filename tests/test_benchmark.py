@@ -97,6 +97,20 @@ def test_lambda_sweep_rows_are_labelled(tmp_path):
     assert "oracle τ" in (tmp_path / "out" / "table.md").read_text()
 
 
+def test_readout_comparison_rows_are_labelled(tmp_path):
+    pair = tiny_pair()
+    pair.drafter.set_draft_vocab(list(range(0, 96, 2)))
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text(json.dumps({"prompt": "0 5 6 7"}))
+    rows = main(["--datasets", str(prompts), "--methods", "chain,ddtree", "--budgets", "8", "--readouts",
+                 "draft,full", "--max-new-tokens", "10", "--out", str(tmp_path / "out")], pair=pair)
+    by = {r["method"]: r for r in rows}
+    assert set(by) == {"ar", "chain", "chain full-head", "ddtree", "ddtree full-head"}
+    assert all(r["output"] == by["ar"]["output"] for r in rows)                 # lossless with either readout
+    with pytest.raises(SystemExit):
+        main(["--datasets", str(prompts), "--readouts", "half", "--out", str(tmp_path / "bad")], pair=pair)
+
+
 def test_unknown_and_offline_hub_datasets_are_clear_errors(monkeypatch):
     from core.datasets import load_prompts
 

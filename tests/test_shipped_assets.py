@@ -56,3 +56,19 @@ def test_ngram_table_loads_and_is_small():
     assert NGRAM.stat().st_size <= 20 * 2**20
     table = NgramTable.load(NGRAM)
     assert table.order >= 3 and table.vocab == 49152 and len(table.rows[3]) > 1000
+
+
+def test_shipped_drafter_chain_tau_on_two_fixed_prompts():
+    """The first two prompts of the benchmark's GSM8K-test set (never trained on), fp32, greedy: a random drafter
+    gets τ ≈ 1.0."""
+    from core.config import DecodeConfig
+    from core.datasets import load_prompts
+    from core.engine import run
+    from core.models import encode_chat, load_pair
+
+    pair = load_pair("smollm2-135m", dtype="fp32", device="cpu")
+    taus = []
+    for text in load_prompts("gsm8k", 2):
+        records = run(pair, encode_chat(pair.tokenizer, text), DecodeConfig(method="chain", max_new_tokens=128))
+        taus.append(sum(r.tau for r in records[1:]) / (len(records) - 1))
+    assert sum(taus) / 2 >= 2.0, f"chain τ per prompt {taus}"

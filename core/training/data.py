@@ -63,6 +63,17 @@ def _from_replies(files, tokenizer, min_reply: int) -> list[Sequence]:
     return out
 
 
+def draft_vocab(seqs: list[Sequence], size: int, vocab_size: int, always: tuple[int, ...] = ()) -> list[int]:
+    """The `size` most frequent token ids over the training sequences (prompts and replies), `always` (the stop
+    tokens) included. Ties, unseen tokens among them, go to the lower id: BPE ids follow merge order."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for s in seqs:
+        counts += np.bincount(s.ids, minlength=vocab_size)
+    counts[list(always)] = np.iinfo(np.int64).max
+    order = np.lexsort((np.arange(vocab_size), -counts))      # count descending, then id ascending
+    return sorted(order[: min(size, vocab_size)].tolist())
+
+
 @dataclass
 class BlockBatch:
     ids: torch.Tensor          # [T] the sequence (context for the target's features)

@@ -4,9 +4,10 @@ Usage: python -m core.training.generate_data --out runs/data [--batch-size 16] [
 
 Replies are generated as at inference (same chat template), mostly greedy and every `--sample-every`-th prompt
 (batch, with `--engine generate`) sampled at temperature 0.8, in bf16 with continuous batching: `--batch-size`
-replies decode together and a finished one's slot takes the next prompt at once (`core.training.batching`). Output is sharded and resumable: each shard is an .npz of token ids
-(uint16 when the vocabulary fits) with the prompt key, the prompt length and whether the reply was sampled.
-Interrupt at any time; rerunning skips every prompt already in a shard.
+replies decode together and a finished one's slot takes the next prompt at once (`core.training.batching`).
+Output is sharded and resumable: each shard is an .npz of token ids (uint16 when the vocabulary fits) with the
+prompt key, the prompt length and whether the reply was sampled. Interrupt at any time; rerunning skips every
+prompt already in a shard.
 """
 from __future__ import annotations
 

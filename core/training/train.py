@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from core.dflash import DFlashDrafter, drafter_config_for, extract_features, init_weights
-from core.training.data import load_sequences, make_blocks
+from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out
 
 
@@ -108,7 +108,7 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
 
 
 def train(args) -> None:
-    from core.models import encode_chat, load_target
+    from core.models import ModelPair, encode_chat, load_target
     from core.training.prompts import training_prompts
 
     torch.manual_seed(args.seed)
@@ -122,10 +122,17 @@ def train(args) -> None:
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     state = load_checkpoint(out, drafter, opt) or {"step": 0, "epoch": 0, "best_tau": 0.0, "history": []}
-    print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
-          f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, resuming at step {state['step']}")
     prompts = training_prompts(args.seed)
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
+    if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume; not in the loss
+        seqs = [s for s in load_sequences(args.data, tokenizer=tok) if s.key in allowed]
+        stops = tuple(ModelPair("train", target, tok, None, target.dtype, target.device).stop_ids)
+        vocab = target.get_output_embeddings().weight.shape[0]
+        state["draft_vocab"] = draft_vocab(seqs, args.draft_vocab, vocab, stops) if args.draft_vocab else None
+    drafter.set_draft_vocab(state["draft_vocab"])
+    print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
+          f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
+          f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
     held = [p for p in prompts if is_held_out(p.key)][: args.eval_prompts]
     eval_prompts = [encode_chat(tok, p.text) for p in held]
     rng = np.random.default_rng(args.seed + state["epoch"])
@@ -188,6 +195,9 @@ def main(argv=None) -> None:
     ap.add_argument("--block-size", type=int, default=16, help="block size B (B-1 drafted positions)")
     ap.add_argument("--mask-token", default="<empty_output>", help="existing special token used as MASK")
     ap.add_argument("--gamma", type=float, default=7.0, help="loss decay over block positions")
+    ap.add_argument("--draft-vocab", type=int, default=16384,
+                    help="the exported drafter drafts from the N most frequent training tokens plus each prompt's "
+                         "(draft_vocab.json; 0 = the whole vocabulary); chosen at the first start, kept on resume")
     ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
     ap.add_argument("--max-len", type=int, default=1024, help="skip longer sequences")
     ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
