@@ -31,13 +31,17 @@ def crop_to(cache, length: int) -> None:
 
 
 def compact(cache, past_len: int, keep: torch.Tensor) -> None:
-    """Keep entries past_len + keep (keep: [M] long, increasing, relative to past_len), then crop to past_len + M."""
+    """Keep entries past_len + keep (keep: [M] long, increasing, relative to past_len), then crop to past_len + M.
+    Entries already in place (keep[i] == i: the whole path of a chain, the root and often more of a tree) stay."""
     m = keep.numel()
-    for owner, k_name, v_name in _kv_pairs(cache):
-        for name in (k_name, v_name):
-            t = getattr(owner, name) if isinstance(name, str) else getattr(owner, name[0])[name[1]]
-            kept = t.index_select(-2, keep.to(t.device) + past_len)   # [B, H, M, D], a copy: safe to write back
-            t[..., past_len: past_len + m, :].copy_(kept)
+    moved = (keep.cpu() != torch.arange(m)).nonzero()
+    if len(moved):
+        first = int(moved[0])
+        for owner, k_name, v_name in _kv_pairs(cache):
+            for name in (k_name, v_name):
+                t = getattr(owner, name) if isinstance(name, str) else getattr(owner, name[0])[name[1]]
+                kept = t.index_select(-2, keep[first:].to(t.device) + past_len)   # [B, H, M-first, D], a copy
+                t[..., past_len + first: past_len + m, :].copy_(kept)
     crop_to(cache, past_len + m)
 
 

@@ -54,15 +54,15 @@ def test_every_node_matches_its_path_run_alone(arch):
         assert (alone[0, -1] - logits[node]).abs().max() <= 1e-4
 
 
-def test_compaction_equals_recompute():
+@pytest.mark.parametrize("accepted", [[0, 2, 5], [0, 1, 3], [0, 1], [0]])   # moved, partly in place, in place
+def test_compaction_equals_recompute(accepted):
     model = tiny_target("llama")
     ctx = list(range(3, 30))
     cache = prefill(model, ctx)
     tree = make_tree([4, 11, 12, 13, 14, 15], [-1, 0, 0, 1, 2, 2])
     verify(model, tree, cache, len(ctx), None)
-    accepted = [0, 2, 5]
     compact(cache, len(ctx), torch.tensor(accepted))
-    assert cache.get_seq_length() == len(ctx) + 3
+    assert cache.get_seq_length() == len(ctx) + len(accepted)
     nxt = [21, 22]
     after = model(input_ids=torch.tensor([nxt]), **cache_kwargs(model, cache)).logits[0]
     full = ctx + [tree.tokens[i] for i in accepted] + nxt
