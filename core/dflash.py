@@ -141,8 +141,7 @@ class DFlashDrafter(nn.Module):
         return self.norm(h)
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        out = lm_head(hidden) * self.output_multiplier
-        return torch.tanh(out / self.softcap) * self.softcap if self.softcap > 0 else out
+        return self._scaled(lm_head(hidden))
 
     def set_draft_vocab(self, token_ids) -> None:
         """Draft only from `token_ids` (plus each request's prompt tokens; None: the whole vocabulary). Replies use
@@ -152,7 +151,11 @@ class DFlashDrafter(nn.Module):
 
     def logits_from_rows(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """`logits` restricted to some rows [Vr, H] of the LM head: [..., Vr]."""
-        out = F.linear(hidden, rows) * self.output_multiplier
+        return self._scaled(F.linear(hidden, rows))
+
+    def _scaled(self, out: torch.Tensor) -> torch.Tensor:
+        """The config's output multiplier and final-logit soft cap, for both readouts."""
+        out = out * self.output_multiplier
         return torch.tanh(out / self.softcap) * self.softcap if self.softcap > 0 else out
 
     def config_dict(self) -> dict:

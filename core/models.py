@@ -241,10 +241,12 @@ def _drafter_folder(source: str) -> Path:
         return path
     if "/" not in source or source.count("/") != 1:
         raise ModelLoadError(f"drafter {source!r} is neither a local folder nor a hub id")
+    from core.dflash import DRAFT_VOCAB_FILE
+
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors", "draft_vocab.json"]))
+        return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE]))
     except Exception as e:
         raise ModelLoadError(f"drafter {source!r} is not on disk and could not be fetched ({e})") from e
 
