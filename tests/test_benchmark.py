@@ -79,6 +79,7 @@ def test_mt_bench_has_two_turns_and_the_second_continues_plain_decoding():
     chat = _messages("mt-bench", 0, items[0], 0.0, rows, Tok())
     assert [m["role"] for m in chat] == ["user", "assistant", "user"]
     assert chat[1]["content"] == "reply 4 2" and chat[2]["content"] == items[0][1]
+    assert conversations("mt-bench-first", 3) == [turns[:1] for turns in items]    # same questions, first turn only
 
 
 def test_lambda_sweep_rows_are_labelled(tmp_path):
