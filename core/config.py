@@ -17,7 +17,8 @@ MAX_BUDGET = 1024  # verification cost grows ~linearly past 64 nodes; beyond thi
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    method: str = "ddtree"       # ar | chain (vanilla DFlash) | ddtree | presto | presto-beam | ddtree-auto | presto-auto
+    # method: ar | chain (vanilla DFlash) | ddtree | presto | presto-beam | ddtree-auto | presto-auto
+    method: str = "ddtree"
     budget: int = 64             # draft-tree nodes B, the root (bonus token) not counted; -auto: the largest tried
     temperature: float = 0.0     # 0 (or < 1e-5) = greedy; > 0 samples from the (top-p / top-k warped) target
     top_p: float = 1.0           # nucleus mass kept, in (0, 1]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from core.training.prompts import MATH_SUFFIX, shared_data_dir
 
-HUMANEVAL_FORMAT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```"
+HUMANEVAL_FORMAT = ("Write a solution to the following problem and make sure that it passes the tests:\n"
+                    "```python\n{}\n```")
 
 
 def _package_file(package: str, *parts: str) -> Path:

@@ -38,7 +38,8 @@ def test_token_text_is_escaped_in_every_view():
     records = synthetic_run()
     evil = "<img src=x onerror=alert(1)>"
     texts = {t: evil for t in range(1000)}
-    for fig in (tree_figure(records[1], texts), charts.icicle(records[1], texts), charts.mask_heatmap(records[1], texts)):
+    figures = (tree_figure(records[1], texts), charts.icicle(records[1], texts), charts.mask_heatmap(records[1], texts))
+    for fig in figures:
         labels = json.dumps([[getattr(tr, f, None) for f in ("text", "labels", "x", "y", "hovertext", "customdata")]
                              for tr in fig.data], default=str)
         assert "<img" not in labels and "&lt;img" in labels
