@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from core.builders import build_ddtree
-from core.kv_cache import cache_kwargs, crop_to, new_cache
+from core.fast_forward import covered, forward
+from core.kv_cache import crop_to, new_cache
 from core.limits import context_window
 from core.tree import DraftTree
 from core.verify import tree_inputs
@@ -24,7 +25,7 @@ def cost_key(target) -> str:
     cfg = getattr(target.config, "text_config", target.config)
     name = Path(str(getattr(target.config, "_name_or_path", "") or cfg.model_type)).name
     return (f"{name}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-{target.device.type}-"
-            f"{str(target.dtype).removeprefix('torch.')}")
+            f"{str(target.dtype).removeprefix('torch.')}{'-fast' if covered(target) else ''}")
 
 
 def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
@@ -41,7 +42,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
-    target(input_ids=torch.randint(0, vocab, (1, past_len), device=target.device), **cache_kwargs(target, cache))
+    forward(target, torch.randint(0, vocab, (1, past_len), device=target.device), cache)
     out = {}
     for n in sizes:
         inputs = tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device)
@@ -50,7 +51,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[
             if target.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            target(**inputs, **cache_kwargs(target, cache), output_hidden_states=True)
+            forward(target, cache=cache, output_hidden_states=True, **inputs)
             if target.device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)

@@ -14,6 +14,8 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
+from core.fast_forward import linear, packed_linear
+
 
 def build_target_layer_ids(num_target_layers: int, n: int) -> list[int]:
     """z-lab's default taps: evenly spaced from layer 1 to layer num_target_layers - 3 (banker's rounding)."""
@@ -77,16 +79,16 @@ class DFlashAttention(nn.Module):
         # h: [B, S, H] normed block states; ctx: [B, C, H] fused features of the new context positions
         b, s, _ = h.shape
         c = ctx.shape[1]
-        q = self.q_norm(self.q_proj(h).view(b, s, self.n_heads, self.head_dim)).transpose(1, 2)
+        q = self.q_norm(linear(self.q_proj, h).view(b, s, self.n_heads, self.head_dim)).transpose(1, 2)
         kv_in = torch.cat([ctx, h], dim=1)                                   # [B, C+S, H]
-        k = self.k_norm(self.k_proj(kv_in).view(b, c + s, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(kv_in).view(b, c + s, self.n_kv, self.head_dim).transpose(1, 2)
+        k = self.k_norm(linear(self.k_proj, kv_in).view(b, c + s, self.n_kv, self.head_dim)).transpose(1, 2)
+        v = linear(self.v_proj, kv_in).view(b, c + s, self.n_kv, self.head_dim).transpose(1, 2)
         q, k = _rope(q, k, cos, sin)
         if cache is not None:
             k, v = cache.extend(self.layer_idx, k, v, n_ctx=c)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5,
                                              enable_gqa=self.n_heads != self.n_kv)  # non-causal
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        return linear(self.o_proj, out.transpose(1, 2).reshape(b, s, -1))
 
 
 class DFlashLayer(nn.Module):
@@ -99,7 +101,8 @@ class DFlashLayer(nn.Module):
 
     def forward(self, h, ctx, cos, sin, cache, mask):
         h = h + self.self_attn(self.input_layernorm(h), ctx, cos, sin, cache, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        x, mlp = self.post_attention_layernorm(h), self.mlp                  # Qwen3MLP's forward, packed weights
+        return h + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x)) * linear(mlp.up_proj, x))
 
 
 class DFlashDrafter(nn.Module):
@@ -133,7 +136,7 @@ class DFlashDrafter(nn.Module):
         """[B, S, H] final-normed block states. ctx_features: [B, C, n_taps*H] (new context only when cached);
         position_ids: [B, C+S] (context positions, then block positions); attention_mask: None (all visible)
         or bool [B or 1, 1, S, past+C+S], True = attend (training packs many blocks with it)."""
-        ctx = self.hidden_norm(self.fc(ctx_features))
+        ctx = self.hidden_norm(linear(self.fc, ctx_features))
         h = noise_embedding
         cos, sin = self.rotary_emb(h, position_ids)
         for layer in self.layers:
@@ -141,7 +144,7 @@ class DFlashDrafter(nn.Module):
         return self.norm(h)
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        return self._scaled(lm_head(hidden))
+        return self._scaled(linear(lm_head, hidden))
 
     def set_draft_vocab(self, token_ids) -> None:
         """Draft only from `token_ids` (plus each request's prompt tokens; None: the whole vocabulary). Replies use
@@ -149,9 +152,11 @@ class DFlashDrafter(nn.Module):
         drafts the same tokens for a fraction of the [V, H] head's memory traffic; verification still scores all V."""
         self.draft_vocab = None if token_ids is None else torch.as_tensor(token_ids, dtype=torch.long).unique()
 
-    def logits_from_rows(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """`logits` restricted to some rows [Vr, H] of the LM head: [..., Vr]."""
-        return self._scaled(F.linear(hidden, rows))
+    def logits_from_rows(self, hidden: torch.Tensor, rows: torch.Tensor,
+                         packed: torch.Tensor | None = None) -> torch.Tensor:
+        """`logits` restricted to some rows [Vr, H] of the LM head: [..., Vr]; `packed`: the same rows in oneDNN's
+        layout (`core.fast_forward.pack_weight`)."""
+        return self._scaled(F.linear(hidden, rows) if packed is None else packed_linear(hidden, packed))
 
     def _scaled(self, out: torch.Tensor) -> torch.Tensor:
         """The config's output multiplier and final-logit soft cap, for both readouts."""

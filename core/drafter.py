@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from core.dflash import DFlashDrafter, DraftKV
+from core.fast_forward import ensure_packed, pack_weight
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Readout:
     (replies copy names and words from their prompt), read out of the head once per request."""
     ids: torch.Tensor    # [Vr] sorted token ids
     rows: torch.Tensor   # [Vr, H] their LM-head rows
+    packed: torch.Tensor | None = None   # the rows in oneDNN's layout (bf16 CPU), see core.fast_forward
 
 
 def readout_for(drafter: DFlashDrafter, target, prompt_ids: list[int]) -> Readout | None:
@@ -30,7 +32,8 @@ def readout_for(drafter: DFlashDrafter, target, prompt_ids: list[int]) -> Readou
         return None
     head = target.get_output_embeddings().weight
     ids = torch.cat([drafter.draft_vocab.to(head.device), torch.tensor(prompt_ids, device=head.device)]).unique()
-    return Readout(ids, head.detach()[ids])
+    rows = head.detach()[ids]
+    return Readout(ids, rows, pack_weight(rows))
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,12 @@ def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonu
     block[0, 0] = bonus
     noise = F.embedding(block, target.get_input_embeddings().weight) * drafter.input_embedding_scale
     positions = torch.arange(start - c, start + n_pos + 1, device=device)[None]        # [1, C+L+1]
+    ensure_packed(drafter)
     hidden = drafter(ctx_features[None], noise, positions, cache)                      # [1, L+1, H]
     if readout is None:
         logits = drafter.logits(hidden[0, 1:], target.get_output_embeddings()).float()     # [L, V]
     else:
-        logits = drafter.logits_from_rows(hidden[0, 1:], readout.rows).float()            # [L, Vr]
+        logits = drafter.logits_from_rows(hidden[0, 1:], readout.rows, readout.packed).float()   # [L, Vr]
     logq = torch.log_softmax(logits, dim=-1)
     top = torch.topk(logq, min(k, logq.shape[-1]), dim=-1)
     tokens = top.indices if readout is None else readout.ids[top.indices]

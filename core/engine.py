@@ -14,7 +14,8 @@ from core.builders import BUILDERS, NESTED
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block, readout_for
-from core.kv_cache import cache_kwargs, compact, new_cache
+from core.fast_forward import forward
+from core.kv_cache import compact, new_cache
 from core.limits import check_memory, context_window, release_free_memory
 from core.records import StepRecord, timed
 from core.tree import root_only
@@ -59,8 +60,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     seconds: dict[str, float] = {}
     with timed(seconds, "prefill", sync):
         ids = torch.tensor([prompt_ids], device=pair.device)
-        out = target(input_ids=ids, **cache_kwargs(target, cache), output_hidden_states=drafter is not None,
-                     logits_to_keep=1)
+        out = forward(target, ids, cache, output_hidden_states=drafter is not None, logits_to_keep=1)
         bonus, p0 = sample_token(out.logits[0, -1], cfg.temperature, cfg.top_p, cfg.top_k, gen)
         ctx = extract_features(out.hidden_states, layer_ids)[0] if drafter is not None else None  # [P, n*H]
     past_len, produced, history = len(prompt_ids), 1, history + [bonus]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from core.dflash import extract_features
-from core.kv_cache import cache_kwargs
+from core.fast_forward import forward
 from core.tree import DraftTree, ancestor_mask, is_chain, position_ids
 
 
@@ -37,6 +37,6 @@ def tree_inputs(tree: DraftTree, past_len: int, dtype: torch.dtype, device) -> d
 def verify(target, tree: DraftTree, cache, past_len: int, layer_ids: list[int] | None) -> Verification:
     """Run the target once over the tree (appending N entries to `cache`)."""
     inputs = tree_inputs(tree, past_len, target.dtype, target.device)
-    out = target(**inputs, **cache_kwargs(target, cache), output_hidden_states=layer_ids is not None)
+    out = forward(target, cache=cache, output_hidden_states=layer_ids is not None, **inputs)
     features = extract_features(out.hidden_states, layer_ids)[0] if layer_ids is not None else None
     return Verification(out.logits[0], features)

@@ -1,0 +1,76 @@
+"""The engine's target forward equals transformers' `model(...)` bit for bit: logits, hidden states and cache, for
+every kind of call the engine makes (prefill, one token, a causal chain after a cache, a tree with its mask)."""
+import pytest
+import torch
+
+from core import fast_forward
+from core.kv_cache import cache_kwargs, new_cache
+from tests.conftest import tiny_target
+
+
+def _calls(dtype):
+    allow = torch.ones(3, 11, dtype=torch.bool)                 # 8 cached; a root (column 8) and two children
+    allow[0, 9:] = allow[1, 10] = allow[2, 9] = False
+    tree_mask = torch.zeros(1, 1, 3, 11, dtype=dtype).masked_fill_(~allow, torch.finfo(dtype).min)
+    return [dict(input_ids=torch.tensor([[3, 4, 5, 6]])),                              # prefill
+            dict(input_ids=torch.tensor([[7]]), position_ids=torch.tensor([[4]])),     # one token
+            dict(input_ids=torch.tensor([[7, 8, 9]]), position_ids=torch.tensor([[5, 6, 7]])),   # a chain
+            dict(input_ids=torch.tensor([[7, 8, 2]]), position_ids=torch.tensor([[8, 9, 9]]),    # a tree
+                 attention_mask=tree_mask),
+            dict(input_ids=torch.tensor([[11]]))]                                      # positions from the cache
+
+
+def _assert_same_as_stock(target, calls):
+    stock, ours = new_cache(target), new_cache(target)
+    for call in calls:
+        with torch.no_grad():
+            a = target(**call, **cache_kwargs(target, stock), output_hidden_states=True)
+        b = fast_forward.forward(target, cache=ours, output_hidden_states=True, **call)
+        assert torch.equal(a.logits, b.logits)
+        assert len(a.hidden_states) == len(b.hidden_states)
+        assert all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states))
+        assert all(torch.equal(s.keys, o.keys) and torch.equal(s.values, o.values)
+                   for s, o in zip(stock.layers, ours.layers))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tiny_targets_match_transformers_bit_for_bit(arch, dtype):
+    target = tiny_target(arch).to(dtype)
+    assert fast_forward.covered(target)
+    _assert_same_as_stock(target, _calls(dtype))
+    assert (fast_forward.pack_linears(target) > 0) == (dtype == torch.bfloat16)     # packed weights only in bf16
+
+
+def test_uncovered_models_run_the_stock_forward():
+    target = tiny_target()
+    target.config._attn_implementation = "eager"
+    assert not fast_forward.covered(target)
+    cache = new_cache(target)
+    out = fast_forward.forward(target, torch.tensor([[3, 4, 5]]), cache, output_hidden_states=True)
+    assert type(out).__name__ == "CausalLMOutputWithPast" and cache.get_seq_length() == 3
+
+
+def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
+    target = tiny_target().to(torch.bfloat16)
+    assert fast_forward.pack_linears(target) > 0
+    proj = target.model.layers[0].mlp.up_proj
+    x = torch.randn(1, 2, proj.in_features, dtype=torch.bfloat16)
+    with torch.no_grad():
+        proj.weight.mul_(2)                       # an in-place edit bumps the tensor's version
+        assert torch.equal(fast_forward.linear(proj, x), proj(x))
+
+
+def test_embedded_target_in_bf16_is_packed_and_exact():
+    from core.models import load_target
+
+    target, _ = load_target(dtype="bf16")
+    linears = sum(isinstance(m, torch.nn.Linear) for m in target.modules())
+    assert fast_forward.covered(target) and fast_forward.pack_linears(target) == linears
+    prefix = dict(input_ids=torch.arange(100, 140)[None])
+    tree_mask = torch.zeros(1, 1, 17, 58, dtype=torch.bfloat16)                     # 41 cached, 17 nodes
+    tree_mask[..., 41:] = torch.finfo(torch.bfloat16).min
+    tree_mask[..., torch.arange(17), 41 + torch.arange(17)] = 0                     # 17 siblings: each sees itself
+    _assert_same_as_stock(target, [prefix, dict(input_ids=torch.tensor([[5]])),
+                                   dict(input_ids=torch.arange(200, 217)[None],
+                                        position_ids=torch.full((1, 17), 41), attention_mask=tree_mask)])
