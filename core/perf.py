@@ -2,6 +2,7 @@
 
     python -m core.perf ar-vs-generate   # our `ar` loop against transformers `generate`, greedy, same prompts
     python -m core.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
+    python -m core.perf forward-ab       # the engine's target forward against transformers' model(...), per N
     python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
     python -m core.perf app-overhead     # a run streamed through the app's handler against the bare loop
     python -m core.perf memory           # RSS over a long run and over repeated runs, against the records' size
@@ -67,6 +68,41 @@ def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[s
     for n in sizes:
         print(f"| {n} | " + " | ".join(f"{table[(d, n)]:.1f}" for d in dtypes) + " |")
     return table
+
+
+def forward_ab(sizes: list[int], past_len: int, repeats: int, dtype: str) -> None:
+    """Tree verification forwards through `core.fast_forward` and through `model(...)`, alternating on the same
+    cached context, with a bit-for-bit comparison of their logits and hidden states."""
+    from core import fast_forward
+    from core.costs import sample_tree
+    from core.kv_cache import cache_kwargs, crop_to, new_cache
+    from core.models import load_target
+
+    target, _ = load_target(dtype=dtype)
+    vocab = target.get_input_embeddings().weight.shape[0]
+    ours, stock = new_cache(target), new_cache(target)
+    prefix = torch.randint(0, vocab, (1, past_len))
+    fast_forward.forward(target, prefix, ours)
+    with torch.no_grad():
+        target(input_ids=prefix, **cache_kwargs(target, stock))
+    print(f"packed linear weights: {fast_forward.pack_linears(target)}\n")
+    print("| tree tokens N | transformers ms | ours ms | ratio | bitwise equal |\n|---:|---:|---:|---:|:---:|")
+    for n in sizes:
+        inputs = tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device)
+        a, b, equal = [], [], True
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                x = target(**inputs, **cache_kwargs(target, stock), output_hidden_states=True)
+            a.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            y = fast_forward.forward(target, cache=ours, output_hidden_states=True, **inputs)
+            b.append(time.perf_counter() - t0)
+            equal &= torch.equal(x.logits, y.logits) and all(map(torch.equal, x.hidden_states, y.hidden_states))
+            crop_to(stock, past_len)
+            crop_to(ours, past_len)
+        sa, sb = statistics.median(a[1:]) * 1000, statistics.median(b[1:]) * 1000
+        print(f"| {n} | {sa:.1f} | {sb:.1f} | {sb / sa:.2f} | {'yes' if equal else 'NO'} |")
 
 
 def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, drafter: str | None) -> None:
@@ -185,12 +221,14 @@ def memory(budget: int, new_tokens: int, repeats: int) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "tree-cost", "app-overhead", "memory"])
+    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
+                                     "memory"])
     ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--past-len", type=int, default=200, help="verify-latency: cached context length")
-    ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,256,512", help="verify-latency: tree tokens N")
+    ap.add_argument("--past-len", type=int, default=200, help="verify-latency, forward-ab: cached context length")
+    ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,256,512",
+                    help="verify-latency, forward-ab: tree tokens N")
     ap.add_argument("--budgets", default="64,256", help="tree-cost: DDTree budgets")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--drafter", default=None, help="tree-cost: drafter folder or 'random' (default: the shipped one)")
@@ -203,6 +241,8 @@ def main(argv=None) -> None:
         ar_vs_generate(args.dtype, args.new_tokens, args.repeats)
     elif args.what == "verify-latency":
         verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
+    elif args.what == "forward-ab":
+        forward_ab([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype)
     elif args.what == "memory":
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     elif args.what == "app-overhead":
