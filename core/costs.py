@@ -37,7 +37,7 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
 
 
 @torch.inference_mode()
-def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[int, float]:
+def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5) -> dict[int, float]:
     """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context."""
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
@@ -60,15 +60,29 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 3) -> dict[
     return out
 
 
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """The least-squares non-decreasing fit of a measured curve (pool adjacent violators). A bigger tree never
+    verifies faster; a noisy dip at small sizes would otherwise draw the adaptive budget towards it."""
+    blocks: list[list[float]] = []                      # [sum, count] of pooled neighbouring sizes
+    for n in sorted(curve):
+        blocks.append([curve[n], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    fitted = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(sorted(curve), fitted))
+
+
 def cost_curve(target, folder: Path | None = None) -> dict[int, float]:
-    """The cached curve for this target, device and dtype; measured (a few seconds) when absent."""
+    """The cached curve for this target, device and dtype, made monotone; measured (seconds) when absent."""
     from core.models import cache_dir
 
     path = (folder or cache_dir() / "costs") / f"{cost_key(target)}.json"
     try:
         data = json.loads(path.read_text())
         if data.get("key") == cost_key(target):
-            return {int(k): float(v) for k, v in data["ms"].items()}
+            return monotone({int(k): float(v) for k, v in data["ms"].items()})
     except (OSError, ValueError, KeyError):
         pass
     curve = measure(target)
@@ -79,4 +93,4 @@ def cost_curve(target, folder: Path | None = None) -> dict[int, float]:
         os.replace(tmp, path)
     except OSError:
         pass   # an unwritable cache only costs a re-measurement next time
-    return curve
+    return monotone(curve)

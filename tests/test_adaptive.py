@@ -88,3 +88,14 @@ def test_auto_methods_run_through_the_engine(method, tmp_path, monkeypatch):
     assert output_ids(records) == hf_greedy(pair, prompt, 24)
     assert list((tmp_path / "costs").glob("*.json"))          # the measured curve was cached
     assert all(0 <= r.budget_used <= 32 for r in records[1:])
+
+
+def test_cost_curve_is_made_monotone():
+    from core.costs import monotone
+
+    measured = {1: 31.1, 2: 29.0, 4: 26.9, 8: 30.2, 16: 38.9, 32: 52.6}    # a noisy dip at small trees
+    fitted = monotone(measured)
+    assert list(fitted) == list(measured)
+    assert all(a <= b for a, b in zip(fitted.values(), list(fitted.values())[1:]))
+    assert fitted[1] == fitted[2] == fitted[4] == (31.1 + 29.0 + 26.9) / 3 and fitted[8] == 30.2
+    assert monotone({1: 1.0, 2: 2.0}) == {1: 1.0, 2: 2.0}                     # already monotone: unchanged
