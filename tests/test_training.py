@@ -101,3 +101,46 @@ def test_replies_archive_round_trips_without_prompt_text(tmp_path):
     for s in load_sequences(shards, min_reply=1):
         assert np.array_equal(rebuilt[s.key].ids, s.ids) and rebuilt[s.key].prompt_len == s.prompt_len
     assert done_keys(archive) == {p.key for p in prompts}                       # generation resumes past them
+
+
+def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
+    """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it."""
+    import json
+
+    import core.models
+    from core.dflash import random_drafter_for
+    from core.models import encode_chat, load_tokenizer
+    from core.training.generate_data import write_shard
+    from core.training.prompts import is_held_out, training_prompts
+    from core.training.train import main
+
+    tok = load_tokenizer()
+    target = tiny_target(vocab=len(tok))
+    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    init = random_drafter_for(target, seed=3, n_layers=1, n_taps=2, block_size=4, mask_token_id=16)
+    init.set_draft_vocab(list(range(2, 600)))
+    init.save(tmp_path / "init")
+    rng = np.random.default_rng(0)
+    rows = []
+    for p in [p for p in training_prompts() if not is_held_out(p.key)][:3]:
+        ids = encode_chat(tok, p.text)
+        rows.append({"key": p.key, "ids": ids + rng.integers(3, 600, 40).tolist() + [2], "prompt_len": len(ids),
+                     "sampled": False})
+    (tmp_path / "data").mkdir()
+    write_shard(tmp_path / "data", 0, rows, len(tok))
+    main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--export", str(tmp_path / "export"),
+          "--init", str(tmp_path / "init"), "--steps", "2", "--accum", "1", "--eval-every", "0",
+          "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16"])
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    assert state["step"] == 2 and state["draft_vocab"] == list(range(2, 600))
+    start = state["history"][0]
+    assert start["step"] == 0 and start["init"] == str(tmp_path / "init")
+    from safetensors.torch import load_file
+
+    ckpt = load_file(str(tmp_path / "out" / "ckpt.safetensors"))
+    assert {k.split(".")[2] for k in ckpt if k.startswith("model.layers.")} == {"0"}     # the init's one layer
+    trained = {k[6:]: v for k, v in ckpt.items() if k.startswith("model.")}
+    assert any(not torch.equal(trained[k], v) for k, v in init.state_dict().items() if k in trained)
+    if (tmp_path / "export" / "training_state.json").exists():                         # only above the start
+        exported = json.loads((tmp_path / "export" / "training_state.json").read_text())
+        assert exported["tau_heldout"]["ddtree"] > start["tau"]["ddtree"]

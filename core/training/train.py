@@ -116,12 +116,21 @@ def train(args) -> None:
     target, tok = load_target(args.target, dtype="bf16" if args.bf16 else "fp32")
     cfg = drafter_config_for(target.config, n_layers=args.layers, n_taps=args.taps, block_size=args.block_size,
                              mask_token_id=tok.convert_tokens_to_ids(args.mask_token))
-    drafter = DFlashDrafter.from_config_dict(cfg)
-    init_weights(drafter, seed=args.seed)
+    if args.init:       # continue from a trained drafter (its own config and draft vocabulary), fresh optimizer
+        from core.models import load_drafter
+
+        drafter = load_drafter(args.init, target, dtype="fp32").requires_grad_(True)
+    else:
+        drafter = DFlashDrafter.from_config_dict(cfg)
+        init_weights(drafter, seed=args.seed)
     drafter.train()
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    state = load_checkpoint(out, drafter, opt) or {"step": 0, "epoch": 0, "best_tau": 0.0, "history": []}
+    state = load_checkpoint(out, drafter, opt)
+    fresh = state is None
+    state = state or {"step": 0, "epoch": 0, "best_tau": 0.0, "history": []}
+    if fresh and args.init and drafter.draft_vocab is not None:
+        state["draft_vocab"] = drafter.draft_vocab.tolist()
     prompts = training_prompts(args.seed)
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume; not in the loss
@@ -135,11 +144,16 @@ def train(args) -> None:
           f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
     held = [p for p in prompts if is_held_out(p.key)][: args.eval_prompts]
     eval_prompts = [encode_chat(tok, p.text) for p in held]
+    if fresh and args.init:     # the starting point's tau: an export must beat it
+        tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens)
+        state["best_tau"] = tau["ddtree"]
+        state["history"].append({"step": 0, "tau": tau, "init": str(args.init), "time": round(time.time())})
+        print(f"start ({args.init}): tau {tau}")
     rng = np.random.default_rng(args.seed + state["epoch"])
     bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True)
     last_ckpt = last_eval = time.time()
-    acc_c = torch.zeros(args.block_size - 1)
-    acc_n = torch.zeros(args.block_size - 1)
+    acc_c = torch.zeros(drafter.block_size - 1)
+    acc_n = torch.zeros(drafter.block_size - 1)
     while state["step"] < args.steps:
         seqs = [s for s in load_sequences(args.data, tokenizer=tok)
                 if len(s.ids) <= args.max_len and s.key in allowed]
@@ -150,7 +164,7 @@ def train(args) -> None:
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for seq in seqs[i: i + args.accum]:
-                batch = make_blocks(seq, args.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng)
+                batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng)
                 loss, correct, count = weighted_loss(drafter, target, batch, args.bf16)
                 (loss / args.accum).backward()
                 total += loss.item() / args.accum
@@ -160,7 +174,7 @@ def train(args) -> None:
             state["step"] += 1
             acc = (acc_c / acc_n.clamp(min=1)).tolist()
             bar.update(1)
-            bar.set_postfix(loss=f"{total:.3f}", acc1=f"{acc[0]:.2f}", acc4=f"{acc[3]:.2f}", acc8=f"{acc[7]:.2f}",
+            bar.set_postfix(loss=f"{total:.3f}", **{f"acc{k}": f"{acc[k - 1]:.2f}" for k in (1, 4, 8) if k <= len(acc)},
                             epoch=state["epoch"])
             now = time.time()
             if now - last_eval > args.eval_every * 60 or state["step"] >= args.steps:
@@ -190,6 +204,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="runs/train", help="checkpoint folder (resumes if present)")
     ap.add_argument("--export", default=None, help="folder that receives the best drafter (z-lab format, bf16)")
     ap.add_argument("--target", default="embedded:smollm2-135m-instruct", help="target model id or folder")
+    ap.add_argument("--init", default=None,
+                    help="start from this trained drafter folder (its config and draft vocabulary; fresh optimizer; "
+                         "exports only what beats its held-out tau); ignored when --out holds a checkpoint")
     ap.add_argument("--layers", type=int, default=3, help="drafter decoder layers")
     ap.add_argument("--taps", type=int, default=5, help="target layers fused into the context features")
     ap.add_argument("--block-size", type=int, default=16, help="block size B (B-1 drafted positions)")
