@@ -91,10 +91,11 @@ def pack_linears(module: torch.nn.Module) -> int:
 
 
 def linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)`, through its packed weight when it has an up-to-date one and no gradient is wanted."""
+    """`module(x)`, through its packed weight when it has an up-to-date one, `x` has the weight's dtype (autocast
+    and fp32 inputs take the stock path) and no gradient is wanted."""
     entry = _packed.get(module)
     if (entry is not None and entry[1] is not None and entry[0] == _version(module.weight)
-            and not (torch.is_grad_enabled() and module.weight.requires_grad)):
+            and x.dtype == module.weight.dtype and not (torch.is_grad_enabled() and module.weight.requires_grad)):
         return packed_linear(x, entry[1], module.bias)
     return module(x)
 

@@ -63,6 +63,20 @@ def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
         assert torch.equal(fast_forward.linear(proj, x), proj(x))
 
 
+def test_fp32_and_autocast_inputs_take_the_stock_path():
+    """A packed bf16 weight never meets an fp32 input: training runs an evaluated (packed) target's LM head on fp32
+    drafter states under autocast."""
+    target = tiny_target().to(torch.bfloat16)
+    if fast_forward.pack_linears(target) == 0:
+        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    head = target.get_output_embeddings()
+    x = torch.randn(2, 3, head.in_features)
+    with torch.no_grad():
+        assert torch.equal(fast_forward.linear(head, x.bfloat16()), head(x.bfloat16()))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.equal(fast_forward.linear(head, x), head(x))
+
+
 def test_embedded_target_in_bf16_is_exact():
     from core.models import load_target
 
