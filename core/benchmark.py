@@ -129,6 +129,8 @@ def main(argv=None, pair=None) -> list[dict]:
                          "ships one), full (all V); with both, full rows are labelled '<method> full-head'")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--drafter", default=None,
+                    help="DFlash drafter folder or hub id to use instead of the pair's (e.g. a training export)")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default="runs/benchmark", help="folder for rows.jsonl and table.md (resumable)")
     args = ap.parse_args(argv)
@@ -139,6 +141,13 @@ def main(argv=None, pair=None) -> list[dict]:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
     done = {(r["dataset"], r["prompt"], r["method"], r["budget"], r["temperature"]) for r in rows}
     pair = pair or load_pair(args.pair, dtype=args.dtype)
+    if args.drafter:
+        from dataclasses import replace
+
+        from core.models import load_drafter
+
+        pair = replace(pair, name=f"{pair.name}+{args.drafter}", drafter=load_drafter(args.drafter, pair.target,
+                                                                                        pair.dtype))
     methods = ["ar"] + [m for m in args.methods.split(",") if m != "ar"]
     for m in methods:
         if m not in METHODS and m not in BASELINES:

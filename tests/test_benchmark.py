@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from core.baselines import dflash_official, hf_generate
 from core.benchmark import main, row_for, table
@@ -120,3 +121,20 @@ def test_unknown_and_offline_hub_datasets_are_clear_errors(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
         load_prompts("hub:openai/gsm8k/main:test:question")
+
+
+def test_benchmark_drafter_option_replaces_the_pairs_drafter(tmp_path):
+    """--drafter benchmarks a training export against the same target: its drafts, not the pair's drafter's."""
+    from tests.conftest import tiny_pair as make
+
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "0 9 3 4 4"]))
+    own, other = make(seed=0), make(seed=0)
+    other.drafter.layers[0].mlp.up_proj.weight.data.mul_(-3.0)          # a different drafter for the same target
+    other.drafter.save(tmp_path / "export", dtype=torch.float32)
+    base = ["--datasets", str(prompts), "--n", "2", "--methods", "chain", "--max-new-tokens", "16", "--dtype", "fp32"]
+    mine = main(base + ["--out", str(tmp_path / "a")], pair=own)
+    theirs = main(base + ["--out", str(tmp_path / "b"), "--drafter", str(tmp_path / "export")], pair=make(seed=0))
+    again = main(base + ["--out", str(tmp_path / "c")], pair=other)
+    taus = [[r["expected_tau"] for r in rows if r["method"] == "chain"] for rows in (mine, theirs, again)]
+    assert taus[1] == taus[2] and taus[1] != taus[0]
