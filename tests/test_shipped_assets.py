@@ -60,15 +60,19 @@ def test_ngram_table_loads_and_is_small():
 
 def test_shipped_drafter_chain_tau_on_two_fixed_prompts():
     """The first two prompts of the benchmark's GSM8K-test set (never trained on), fp32, greedy: a random drafter
-    gets τ ≈ 1.0."""
+    gets τ ≈ 1.0. Chain and DDTree with this drafter emit plain decoding's tokens exactly."""
     from core.config import DecodeConfig
     from core.datasets import load_prompts
-    from core.engine import run
+    from core.engine import output_ids, run
     from core.models import encode_chat, load_pair
 
     pair = load_pair("smollm2-135m", dtype="fp32", device="cpu")
     taus = []
     for text in load_prompts("gsm8k", 2):
-        records = run(pair, encode_chat(pair.tokenizer, text), DecodeConfig(method="chain", max_new_tokens=128))
+        prompt = encode_chat(pair.tokenizer, text)
+        records = run(pair, prompt, DecodeConfig(method="chain", max_new_tokens=128))
         taus.append(sum(r.tau for r in records[1:]) / (len(records) - 1))
+        plain = output_ids(run(pair, prompt, DecodeConfig(method="ar", max_new_tokens=128)))
+        tree = output_ids(run(pair, prompt, DecodeConfig(method="ddtree", budget=64, max_new_tokens=128)))
+        assert output_ids(records) == plain == tree
     assert sum(taus) / 2 >= 2.0, f"chain τ per prompt {taus}"
