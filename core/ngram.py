@@ -190,16 +190,16 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="count n-grams of the target's generations")
-    b.add_argument("--data", default="runs/data", help="shards from core.training.generate_data")
+    b.add_argument("--data", default="runs/data", help="shards (and replies archives) from core.training.generate_data")
     b.add_argument("--out", default="assets/ngram/smollm2-135m-3gram.npz")
     b.add_argument("--order", type=int, default=3)
     b.add_argument("--vocab", type=int, default=49152)
     args = ap.parse_args(argv)
-    from core.training.data import load_sequences
+    from core.training.data import load_replies
     from core.training.prompts import is_held_out, training_prompts
 
     allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}   # never an evaluation prompt's reply
-    seqs = [s.ids[s.prompt_len:] for s in load_sequences(args.data) if s.key in allowed]
+    seqs = [r for key, r in load_replies(args.data).items() if key in allowed]
     table = NgramTable.build(seqs, args.order, args.vocab)
     table.save(args.out)
     print(f"{sum(len(s) for s in seqs)} tokens from {len(seqs)} replies -> {args.out} "

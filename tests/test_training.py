@@ -103,6 +103,39 @@ def test_replies_archive_round_trips_without_prompt_text(tmp_path):
     assert done_keys(archive) == {p.key for p in prompts}                       # generation resumes past them
 
 
+def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
+    """The documented resume (archive copied into the data folder, more shards generated, exported again) keeps
+    every reply: the archive's and the new shards'."""
+    from core.models import encode_chat, load_tokenizer
+    from core.training.data import export_replies, load_replies
+    from core.training.generate_data import write_shard
+    from core.training.prompts import training_prompts
+
+    tok = load_tokenizer()
+    prompts = training_prompts()[:4]
+
+    def shard(folder, index, ps, base):
+        rows = [{"key": p.key, "ids": encode_chat(tok, p.text) + [base + i, 2],
+                 "prompt_len": len(encode_chat(tok, p.text)), "sampled": False} for i, p in enumerate(ps)]
+        write_shard(folder, index, rows, len(tok))
+
+    first, data = tmp_path / "first", tmp_path / "data"
+    first.mkdir(), data.mkdir()
+    shard(first, 0, prompts[:2], 100)
+    export_replies(first, data / "replies-shipped.npz")
+    shard(data, 0, prompts[2:], 300)                   # generation resumed after the archive
+    assert export_replies(data, tmp_path / "all.npz") == 4
+    d = np.load(tmp_path / "all.npz")
+    assert sorted(d["keys"].tolist()) == sorted(p.key for p in prompts)
+    assert sorted(d["ids"].tolist()) == sorted([100, 2, 101, 2, 300, 2, 301, 2])
+    assert {k: r.tolist() for k, r in load_replies(data).items()} == {
+        prompts[0].key: [100, 2], prompts[1].key: [101, 2], prompts[2].key: [300, 2], prompts[3].key: [301, 2]}
+
+    from core.ngram import main as ngram_main
+    ngram_main(["build", "--data", str(data), "--out", str(tmp_path / "t.npz")])   # counts the archive's too
+    assert capsys.readouterr().out.startswith("8 tokens from 4 replies")
+
+
 def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
     """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it."""
     import json

@@ -36,14 +36,31 @@ def load_sequences(folder: str | Path, min_reply: int = 8, tokenizer=None) -> li
     return list({s.key: s for s in out}.values())      # a prompt in both an archive and a shard counts once
 
 
+def load_replies(folder: str | Path) -> dict[str, np.ndarray]:
+    """Reply token ids by prompt key from shards and replies-only archives alike (no tokenizer needed: prompts
+    are not rebuilt). A prompt in both counts once, the shard's reply winning as in `load_sequences`."""
+    out = {}
+    for f in sorted(Path(folder).glob("replies-*.npz")):
+        d = np.load(f, allow_pickle=False)
+        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
+        for i, key in enumerate(d["keys"].tolist()):
+            out[key] = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
+    for f in sorted(Path(folder).glob("shard-*.npz")):
+        d = np.load(f, allow_pickle=False)
+        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
+        for i, key in enumerate(d["keys"].tolist()):
+            out[key] = d["ids"][starts[i] + int(d["prompt_lengths"][i]): starts[i + 1]].astype(np.int64)
+    return out
+
+
 def export_replies(folder: str | Path, out: str | Path) -> int:
-    """Write the replies of every shard (no prompt tokens) into one compact archive; returns the reply count."""
-    seqs = load_sequences(folder, min_reply=1)
-    replies = [s.ids[s.prompt_len:] for s in seqs]
-    np.savez_compressed(out, keys=np.asarray([s.key for s in seqs]),
-                        lengths=np.asarray([len(r) for r in replies], dtype=np.int64),
-                        ids=np.concatenate(replies).astype(np.uint16))
-    return len(seqs)
+    """Write every reply of `folder` (shards and archives already there, no prompt tokens) into one compact
+    archive; returns the reply count."""
+    replies = load_replies(folder)
+    np.savez_compressed(out, keys=np.asarray(list(replies)),
+                        lengths=np.asarray([len(r) for r in replies.values()], dtype=np.int64),
+                        ids=np.concatenate(list(replies.values())).astype(np.uint16))
+    return len(replies)
 
 
 def _from_replies(files, tokenizer, min_reply: int) -> list[Sequence]:
