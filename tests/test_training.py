@@ -79,6 +79,18 @@ def test_training_prompts_exclude_evaluation_prompts():
     assert len(train) > 8000
 
 
+def test_shipped_replies_answer_training_prompts_only():
+    from pathlib import Path
+
+    from core.training.prompts import is_held_out, training_prompts
+
+    allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}
+    archives = sorted((Path(__file__).parents[1] / "assets" / "training_data").glob("replies-*.npz"))
+    keys = [k for f in archives for k in np.load(f)["keys"].tolist()]
+    assert archives and len(keys) == len(set(keys)) > 3000
+    assert set(keys) <= allowed                      # no evaluation or held-out prompt's reply
+
+
 def test_replies_archive_round_trips_without_prompt_text(tmp_path):
     from core.models import encode_chat, load_tokenizer
     from core.training.data import export_replies, load_sequences

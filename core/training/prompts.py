@@ -1,7 +1,7 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only) plus templated code prompts.
 
-Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training_data.py` checks that
-no training prompt equals an evaluation prompt.
+Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
+no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
 """
 from __future__ import annotations
 
