@@ -91,21 +91,29 @@ def test_shipped_replies_answer_training_prompts_only():
     assert set(keys) <= allowed                      # no evaluation or held-out prompt's reply
 
 
+def _write_shard(tok, folder, prompts, reply):
+    """One `generate_data` shard in `folder`: each prompt chat-templated, followed by `reply(i)`."""
+    from core.models import encode_chat
+    from core.training.generate_data import write_shard
+
+    rows = []
+    for i, p in enumerate(prompts):
+        ids = encode_chat(tok, p.text)
+        rows.append({"key": p.key, "ids": ids + reply(i), "prompt_len": len(ids), "sampled": False})
+    write_shard(folder, 0, rows, len(tok))
+
+
 def test_replies_archive_round_trips_without_prompt_text(tmp_path):
-    from core.models import encode_chat, load_tokenizer
+    from core.models import load_tokenizer
     from core.training.data import export_replies, load_sequences
-    from core.training.generate_data import done_keys, write_shard
+    from core.training.generate_data import done_keys
     from core.training.prompts import training_prompts
 
     tok = load_tokenizer()
     prompts = training_prompts()[:3]
-    rows = []
-    for i, p in enumerate(prompts):
-        ids = encode_chat(tok, p.text)
-        rows.append({"key": p.key, "ids": ids + [100 + i, 200 + i, 2], "prompt_len": len(ids), "sampled": False})
     shards, archive = tmp_path / "shards", tmp_path / "archive"
     shards.mkdir(), archive.mkdir()
-    write_shard(shards, 0, rows, len(tok))
+    _write_shard(tok, shards, prompts, lambda i: [100 + i, 200 + i, 2])
     assert export_replies(shards, archive / "replies-x.npz") == 3
     data = np.load(archive / "replies-x.npz")
     assert data["ids"].tolist() == [100, 200, 2, 101, 201, 2, 102, 202, 2]      # replies only
@@ -118,24 +126,17 @@ def test_replies_archive_round_trips_without_prompt_text(tmp_path):
 def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
     """The documented resume (archive copied into the data folder, more shards generated, exported again) keeps
     every reply: the archive's and the new shards'."""
-    from core.models import encode_chat, load_tokenizer
+    from core.models import load_tokenizer
     from core.training.data import export_replies, load_replies
-    from core.training.generate_data import write_shard
     from core.training.prompts import training_prompts
 
     tok = load_tokenizer()
     prompts = training_prompts()[:4]
-
-    def shard(folder, index, ps, base):
-        rows = [{"key": p.key, "ids": encode_chat(tok, p.text) + [base + i, 2],
-                 "prompt_len": len(encode_chat(tok, p.text)), "sampled": False} for i, p in enumerate(ps)]
-        write_shard(folder, index, rows, len(tok))
-
     first, data = tmp_path / "first", tmp_path / "data"
     first.mkdir(), data.mkdir()
-    shard(first, 0, prompts[:2], 100)
+    _write_shard(tok, first, prompts[:2], lambda i: [100 + i, 2])
     export_replies(first, data / "replies-shipped.npz")
-    shard(data, 0, prompts[2:], 300)                   # generation resumed after the archive
+    _write_shard(tok, data, prompts[2:], lambda i: [300 + i, 2])     # generation resumed after the archive
     assert export_replies(data, tmp_path / "all.npz") == 4
     d = np.load(tmp_path / "all.npz")
     assert sorted(d["keys"].tolist()) == sorted(p.key for p in prompts)
@@ -154,8 +155,7 @@ def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
 
     import core.models
     from core.dflash import random_drafter_for
-    from core.models import encode_chat, load_tokenizer
-    from core.training.generate_data import write_shard
+    from core.models import load_tokenizer
     from core.training.prompts import is_held_out, training_prompts
     from core.training.train import main
 
@@ -166,13 +166,9 @@ def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
     init.set_draft_vocab(list(range(2, 600)))
     init.save(tmp_path / "init")
     rng = np.random.default_rng(0)
-    rows = []
-    for p in [p for p in training_prompts() if not is_held_out(p.key)][:3]:
-        ids = encode_chat(tok, p.text)
-        rows.append({"key": p.key, "ids": ids + rng.integers(3, 600, 40).tolist() + [2], "prompt_len": len(ids),
-                     "sampled": False})
     (tmp_path / "data").mkdir()
-    write_shard(tmp_path / "data", 0, rows, len(tok))
+    _write_shard(tok, tmp_path / "data", [p for p in training_prompts() if not is_held_out(p.key)][:3],
+                 lambda i: rng.integers(3, 600, 40).tolist() + [2])
     main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--export", str(tmp_path / "export"),
           "--init", str(tmp_path / "init"), "--steps", "2", "--accum", "1", "--eval-every", "0",
           "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16"])

@@ -25,32 +25,15 @@ def load_sequences(folder: str | Path, min_reply: int = 8, tokenizer=None) -> li
     `tokenizer`; archives carry no prompt text, so shared prompt sets are never redistributed)."""
     out = []
     if tokenizer is not None:
-        out += _from_replies(sorted(Path(folder).glob("replies-*.npz")), tokenizer, min_reply)
-    for f in sorted(Path(folder).glob("shard-*.npz")):
-        d = np.load(f, allow_pickle=False)
-        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
-        for i, key in enumerate(d["keys"].tolist()):
-            ids = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
-            if len(ids) - int(d["prompt_lengths"][i]) >= min_reply:
-                out.append(Sequence(key, ids, int(d["prompt_lengths"][i])))
+        out += _from_replies(_rows(folder, "replies-*.npz"), tokenizer, min_reply)
+    out += [Sequence(key, ids, n) for key, ids, n in _rows(folder, "shard-*.npz") if len(ids) - n >= min_reply]
     return list({s.key: s for s in out}.values())      # a prompt in both an archive and a shard counts once
 
 
 def load_replies(folder: str | Path) -> dict[str, np.ndarray]:
     """Reply token ids by prompt key from shards and replies-only archives alike (no tokenizer needed: prompts
     are not rebuilt). A prompt in both counts once, the shard's reply winning as in `load_sequences`."""
-    out = {}
-    for f in sorted(Path(folder).glob("replies-*.npz")):
-        d = np.load(f, allow_pickle=False)
-        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
-        for i, key in enumerate(d["keys"].tolist()):
-            out[key] = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
-    for f in sorted(Path(folder).glob("shard-*.npz")):
-        d = np.load(f, allow_pickle=False)
-        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
-        for i, key in enumerate(d["keys"].tolist()):
-            out[key] = d["ids"][starts[i] + int(d["prompt_lengths"][i]): starts[i + 1]].astype(np.int64)
-    return out
+    return {key: ids[n:] for pattern in ("replies-*.npz", "shard-*.npz") for key, ids, n in _rows(folder, pattern)}
 
 
 def export_replies(folder: str | Path, out: str | Path) -> int:
@@ -63,20 +46,27 @@ def export_replies(folder: str | Path, out: str | Path) -> int:
     return len(replies)
 
 
-def _from_replies(files, tokenizer, min_reply: int) -> list[Sequence]:
+def _rows(folder: str | Path, pattern: str):
+    """(key, token ids, prompt length) for every row of the `pattern` files: a shard row holds prompt + reply, an
+    archive row the reply alone (prompt length 0)."""
+    for f in sorted(Path(folder).glob(pattern)):
+        d = np.load(f, allow_pickle=False)
+        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
+        prompt_lens = d["prompt_lengths"] if "prompt_lengths" in d.files else np.zeros(len(d["keys"]), np.int64)
+        for i, key in enumerate(d["keys"].tolist()):
+            yield key, d["ids"][starts[i]: starts[i + 1]].astype(np.int64), int(prompt_lens[i])
+
+
+def _from_replies(rows, tokenizer, min_reply: int) -> list[Sequence]:
     from core.models import encode_chat
     from core.training.prompts import training_prompts
 
     text = {p.key: p.text for p in training_prompts()}
     out = []
-    for f in files:
-        d = np.load(f, allow_pickle=False)
-        starts = np.concatenate([[0], np.cumsum(d["lengths"])])
-        for i, key in enumerate(d["keys"].tolist()):
-            reply = d["ids"][starts[i]: starts[i + 1]].astype(np.int64)
-            if key in text and len(reply) >= min_reply:
-                prompt = np.asarray(encode_chat(tokenizer, text[key]), dtype=np.int64)
-                out.append(Sequence(key, np.concatenate([prompt, reply]), len(prompt)))
+    for key, reply, _ in rows:
+        if key in text and len(reply) >= min_reply:
+            prompt = np.asarray(encode_chat(tokenizer, text[key]), dtype=np.int64)
+            out.append(Sequence(key, np.concatenate([prompt, reply]), len(prompt)))
     return out
 
 
