@@ -6,7 +6,7 @@ import torch
 
 from core.dflash import DFlashDrafter, drafter_config_for, init_weights
 from core.training.data import Sequence, make_blocks
-from core.training.train import load_checkpoint, lr_at, save_checkpoint, weighted_loss
+from core.training.train import load_checkpoint, lr_at, save_checkpoint, soft_labels, weighted_loss
 from tests.conftest import tiny_target
 
 
@@ -35,7 +35,8 @@ def tiny_drafter(target):
     return d
 
 
-def test_loss_falls_and_checkpoint_round_trips(tmp_path):
+@pytest.mark.parametrize("distill", [0.0, 0.5])
+def test_loss_falls_and_checkpoint_round_trips(tmp_path, distill):
     target = tiny_target(vocab=64)
     drafter = tiny_drafter(target)
     rng = np.random.default_rng(0)
@@ -45,7 +46,7 @@ def test_loss_falls_and_checkpoint_round_trips(tmp_path):
     for step in range(80):
         opt.zero_grad()
         batch = make_blocks(seqs[step % 4], 4, 63, 8, 4.0, rng)
-        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False)
+        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False, distill=distill)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -59,6 +60,23 @@ def test_loss_falls_and_checkpoint_round_trips(tmp_path):
     p0, q0 = opt.param_groups[0]["params"][0], opt2.param_groups[0]["params"][0]
     assert torch.equal(opt.state[p0]["exp_avg"], opt2.state[q0]["exp_avg"])
     assert not list(tmp_path.glob(".*tmp"))                                    # nothing half-written left
+
+
+def test_soft_labels_are_the_targets_prediction_of_each_block_label():
+    """On a greedy reply of the target itself, the soft label's argmax at block position k is the label x_{a+k}."""
+    target = tiny_target(vocab=64)
+    ids = torch.tensor([[5, 9, 12, 7]])
+    with torch.no_grad():
+        for _ in range(30):
+            ids = torch.cat([ids, target(input_ids=ids).logits[:, -1:].argmax(-1)], 1)
+        logits = target(input_ids=ids).logits[0]                                         # [T, V]
+    seq = Sequence("g", ids[0].numpy(), prompt_len=4)
+    batch = make_blocks(seq, 6, 63, 8, 4.0, np.random.default_rng(1))
+    log_p = soft_labels(logits, batch.anchors, 5)                                       # [N, 5, V]
+    valid = batch.labels >= 0
+    assert valid.sum() >= 10
+    assert torch.equal(log_p.argmax(-1)[valid], batch.labels[valid])
+    assert torch.allclose(log_p.exp().sum(-1), torch.ones(log_p.shape[:2]))
 
 
 def test_lr_schedule_warms_up_then_decays():

@@ -29,10 +29,14 @@ from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out
 
 
-def weighted_loss(drafter, target, batch, autocast: bool):
-    """Weighted CE over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count)."""
+def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0):
+    """Weighted loss over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count).
+
+    Per position: cross-entropy on the reply token x_{a+k}, or with `distill` > 0 the mix
+    (1 - distill) * CE + distill * KL(p || q), where p is the target's own next-token distribution at a+k given
+    the true prefix (its soft label; free, the target's forward runs anyway)."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=1)
+        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=0 if distill else 1)
         features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
     noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -41,12 +45,22 @@ def weighted_loss(drafter, target, batch, autocast: bool):
         hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
         logits = drafter.logits(hidden, target.get_output_embeddings())                         # [N, B-1, V]
     valid = batch.labels >= 0
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.labels.reshape(-1).clamp(min=0),
-                         reduction="none").view(n, b1)
+    log_q = F.log_softmax(logits.float(), -1)                                                   # [N, B-1, V]
+    per_pos = -log_q.gather(-1, batch.labels.clamp(min=0)[..., None])[..., 0]                   # [N, B-1] CE
+    if distill:
+        log_p = soft_labels(out.logits[0], batch.anchors, b1)                                  # [N, B-1, V]
+        kl = (log_p.exp() * (log_p - log_q)).sum(-1)                                           # [N, B-1]
+        per_pos = (1 - distill) * per_pos + distill * kl
     w = batch.weights[None].expand(n, b1) * valid
-    loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+    loss = (per_pos * w).sum() / w.sum().clamp(min=1e-6)
     correct = ((logits.argmax(-1) == batch.labels) & valid).sum(0)
     return loss, correct, valid.sum(0)
+
+
+def soft_labels(target_logits: torch.Tensor, anchors: torch.Tensor, b1: int) -> torch.Tensor:
+    """log p(x_{a+k} | x_{<a+k}) for k = 1..B-1 of each anchor a: the target's logits at a+k-1. [T, V] -> [N, B-1, V]"""
+    src = (anchors[:, None] + torch.arange(b1)[None]).clamp(max=target_logits.shape[0] - 1)
+    return F.log_softmax(target_logits[src].float(), -1)
 
 
 def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
@@ -165,7 +179,7 @@ def train(args) -> None:
             total = 0.0
             for seq in seqs[i: i + args.accum]:
                 batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng)
-                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16)
+                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill)
                 (loss / args.accum).backward()
                 total += loss.item() / args.accum
                 acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
@@ -215,6 +229,8 @@ def main(argv=None) -> None:
     ap.add_argument("--draft-vocab", type=int, default=16384,
                     help="the exported drafter drafts from the N most frequent training tokens plus each prompt's "
                          "(draft_vocab.json; 0 = the whole vocabulary); chosen at the first start, kept on resume")
+    ap.add_argument("--distill", type=float, default=0.0,
+                    help="share of KL to the target's soft labels in the loss (0: the paper's cross-entropy)")
     ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
     ap.add_argument("--max-len", type=int, default=1024, help="skip longer sequences")
     ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
