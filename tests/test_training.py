@@ -79,6 +79,14 @@ def test_soft_labels_are_the_targets_prediction_of_each_block_label():
     assert torch.allclose(log_p.exp().sum(-1), torch.ones(log_p.shape[:2]))
 
 
+def test_distill_share_outside_zero_to_one_is_refused(capsys):
+    from core.training.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--distill", "1.5"])
+    assert "--distill is the KL share of the loss, between 0 and 1 (got 1.5)" in capsys.readouterr().err
+
+
 def test_lr_schedule_warms_up_then_decays():
     lrs = [lr_at(s, 100, 1.0, 0.1) for s in range(100)]
     assert lrs[0] < lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.01 and all(a >= b for a, b in zip(lrs[10:], lrs[11:]))

@@ -247,6 +247,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if not 0.0 <= args.distill <= 1.0:
+        ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
     if args.threads:
         torch.set_num_threads(args.threads)
     train(args)
