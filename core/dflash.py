@@ -245,6 +245,28 @@ def init_weights(module: nn.Module, std: float = 0.02, seed: int | None = None) 
             nn.init.ones_(m.weight)
 
 
+def deepen(drafter: DFlashDrafter, n_layers: int) -> DFlashDrafter:
+    """`drafter` with layers appended up to `n_layers`, each a copy of its last layer whose output projections
+    (o_proj, down_proj) are zero: the residual stream, hence every logit, is unchanged at the start, and training
+    grows the new capacity from the trained function instead of from scratch."""
+    import copy
+
+    if n_layers < len(drafter.layers):
+        raise ValueError(f"cannot deepen a {len(drafter.layers)}-layer drafter to {n_layers} layers")
+    config = copy.deepcopy(drafter.config)
+    config.num_hidden_layers, config.layer_types = n_layers, ["full_attention"] * n_layers
+    grown = DFlashDrafter(config).to(next(drafter.parameters()).dtype)
+    grown.load_state_dict(drafter.state_dict(), strict=False)
+    last = drafter.layers[-1].state_dict()
+    for layer in grown.layers[len(drafter.layers):]:
+        layer.load_state_dict(last)
+        with torch.no_grad():
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    grown.set_draft_vocab(drafter.draft_vocab)
+    return grown
+
+
 def random_drafter_for(target, seed: int = 0, **kw) -> DFlashDrafter:
     """An untrained drafter that fits `target` (tests; a baseline that accepts about one token per step)."""
     drafter = DFlashDrafter.from_config_dict(drafter_config_for(target.config, **kw))

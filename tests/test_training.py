@@ -87,6 +87,28 @@ def test_distill_share_outside_zero_to_one_is_refused(capsys):
     assert "--distill is the KL share of the loss, between 0 and 1 (got 1.5)" in capsys.readouterr().err
 
 
+def test_deepened_drafter_predicts_as_before_and_trains_its_new_layers():
+    """--deepen: appended layers start as the identity (same block states to the bit), yet receive gradient."""
+    from core.dflash import deepen
+
+    target = tiny_target(vocab=64)
+    drafter = tiny_drafter(target)
+    drafter.set_draft_vocab([3, 5, 8])
+    grown = deepen(drafter, 3)
+    assert len(grown.layers) == 3 and grown.config_dict()["num_hidden_layers"] == 3
+    assert grown.draft_vocab.tolist() == [3, 5, 8]
+    batch = make_blocks(Sequence("s", np.tile(np.arange(5, 17), 3), prompt_len=6), 4, 63, 8, 4.0,
+                        np.random.default_rng(0))
+    loss, _, _ = weighted_loss(grown, target, batch, autocast=False)
+    before, _, _ = weighted_loss(drafter, target, batch, autocast=False)
+    assert torch.equal(loss, before)
+    loss.backward()
+    assert grown.layers[2].self_attn.o_proj.weight.grad.abs().sum() > 0
+    assert grown.layers[2].mlp.down_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="cannot deepen a 3-layer drafter to 2"):
+        deepen(grown, 2)
+
+
 def test_lr_schedule_warms_up_then_decays():
     lrs = [lr_at(s, 100, 1.0, 0.1) for s in range(100)]
     assert lrs[0] < lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.01 and all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
@@ -175,8 +197,10 @@ def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("8 tokens from 4 replies")
 
 
-def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
-    """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it."""
+@pytest.mark.parametrize("deepen", [0, 2])
+def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch, deepen):
+    """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it;
+    --deepen adds layers to it."""
     import json
 
     import core.models
@@ -197,7 +221,7 @@ def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
                  lambda i: rng.integers(3, 600, 40).tolist() + [2])
     main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--export", str(tmp_path / "export"),
           "--init", str(tmp_path / "init"), "--steps", "2", "--accum", "1", "--eval-every", "0",
-          "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16"])
+          "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16", "--deepen", str(deepen)])
     state = json.loads((tmp_path / "out" / "state.json").read_text())
     assert state["step"] == 2 and state["draft_vocab"] == list(range(2, 600))
     start = state["history"][0]
@@ -205,7 +229,7 @@ def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
     ckpt = load_file(str(tmp_path / "out" / "ckpt.safetensors"))
-    assert {k.split(".")[2] for k in ckpt if k.startswith("model.layers.")} == {"0"}     # the init's one layer
+    assert {k.split(".")[2] for k in ckpt if k.startswith("model.layers.")} == {str(i) for i in range(deepen or 1)}
     trained = {k[6:]: v for k, v in ckpt.items() if k.startswith("model.")}
     assert any(not torch.equal(trained[k], v) for k, v in init.state_dict().items() if k in trained)
     if (tmp_path / "export" / "training_state.json").exists():                         # only above the start

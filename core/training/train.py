@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from core.dflash import DFlashDrafter, drafter_config_for, extract_features, init_weights
+from core.dflash import DFlashDrafter, deepen, drafter_config_for, extract_features, init_weights
 from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out
 
@@ -133,7 +133,10 @@ def train(args) -> None:
     if args.init:       # continue from a trained drafter (its own config and draft vocabulary), fresh optimizer
         from core.models import load_drafter
 
-        drafter = load_drafter(args.init, target, dtype="fp32").requires_grad_(True)
+        drafter = load_drafter(args.init, target, dtype="fp32")
+        if args.deepen:
+            drafter = deepen(drafter, args.deepen)
+        drafter.requires_grad_(True)
     else:
         drafter = DFlashDrafter.from_config_dict(cfg)
         init_weights(drafter, seed=args.seed)
@@ -222,6 +225,9 @@ def main(argv=None) -> None:
                     help="start from this trained drafter folder (its config and draft vocabulary; fresh optimizer; "
                          "exports only what beats its held-out tau); ignored when --out holds a checkpoint")
     ap.add_argument("--layers", type=int, default=3, help="drafter decoder layers")
+    ap.add_argument("--deepen", type=int, default=0,
+                    help="with --init: append layers up to this many, copies of its last layer with zeroed output "
+                         "projections, so training starts from the trained drafter's exact predictions")
     ap.add_argument("--taps", type=int, default=5, help="target layers fused into the context features")
     ap.add_argument("--block-size", type=int, default=16, help="block size B (B-1 drafted positions)")
     ap.add_argument("--mask-token", default="<empty_output>", help="existing special token used as MASK")
@@ -249,6 +255,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not 0.0 <= args.distill <= 1.0:
         ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
+    if args.deepen and not args.init:
+        ap.error("--deepen grows a trained drafter: give it with --init (a new drafter takes --layers)")
     if args.threads:
         torch.set_num_threads(args.threads)
     train(args)
