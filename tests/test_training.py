@@ -109,6 +109,23 @@ def test_deepened_drafter_predicts_as_before_and_trains_its_new_layers():
         deepen(grown, 2)
 
 
+def test_deepen_below_the_init_drafters_layers_is_refused(tmp_path, monkeypatch, capsys):
+    import core.models
+    from core.dflash import random_drafter_for
+    from core.models import load_tokenizer
+    from core.training.train import main
+
+    tok = load_tokenizer()
+    target = tiny_target(vocab=len(tok))
+    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    random_drafter_for(target, n_layers=2, n_taps=2, block_size=4, mask_token_id=16).save(tmp_path / "init")
+    with pytest.raises(SystemExit, match="--deepen 1: cannot deepen a 2-layer drafter to 1 layers; give at least"):
+        main(["--init", str(tmp_path / "init"), "--deepen", "1", "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit):
+        main(["--init", str(tmp_path / "init"), "--deepen", "-1"])
+    assert "--deepen is the drafter's new layer count (got -1)" in capsys.readouterr().err
+
+
 def test_lr_schedule_warms_up_then_decays():
     lrs = [lr_at(s, 100, 1.0, 0.1) for s in range(100)]
     assert lrs[0] < lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.01 and all(a >= b for a, b in zip(lrs[10:], lrs[11:]))

@@ -135,7 +135,10 @@ def train(args) -> None:
 
         drafter = load_drafter(args.init, target, dtype="fp32")
         if args.deepen:
-            drafter = deepen(drafter, args.deepen)
+            try:
+                drafter = deepen(drafter, args.deepen)
+            except ValueError as e:
+                raise SystemExit(f"--deepen {args.deepen}: {e}; give at least the --init drafter's layer count") from e
         drafter.requires_grad_(True)
     else:
         drafter = DFlashDrafter.from_config_dict(cfg)
@@ -255,6 +258,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not 0.0 <= args.distill <= 1.0:
         ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
+    if args.deepen < 0:
+        ap.error(f"--deepen is the drafter's new layer count (got {args.deepen})")
     if args.deepen and not args.init:
         ap.error("--deepen grows a trained drafter: give it with --init (a new drafter takes --layers)")
     if args.threads:
