@@ -10,6 +10,19 @@ from core.training.train import load_checkpoint, lr_at, save_checkpoint, soft_la
 from tests.conftest import tiny_target
 
 
+@pytest.fixture
+def patched_target(monkeypatch):
+    """The real tokenizer with a tiny random target behind it, served by `core.models.load_target` so that
+    `core.training.train.main` runs end to end in seconds."""
+    import core.models
+    from core.models import load_tokenizer
+
+    tok = load_tokenizer()
+    target = tiny_target(vocab=len(tok))
+    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    return target, tok
+
+
 def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
     seq = Sequence("x", np.arange(2, 42), prompt_len=10)
     b = make_blocks(seq, block_size=4, mask_token_id=1, max_anchors=5, gamma=4.0, rng=np.random.default_rng(0))
@@ -109,15 +122,11 @@ def test_deepened_drafter_predicts_as_before_and_trains_its_new_layers():
         deepen(grown, 2)
 
 
-def test_deepen_below_the_init_drafters_layers_is_refused(tmp_path, monkeypatch, capsys):
-    import core.models
+def test_deepen_below_the_init_drafters_layers_is_refused(tmp_path, patched_target, capsys):
     from core.dflash import random_drafter_for
-    from core.models import load_tokenizer
     from core.training.train import main
 
-    tok = load_tokenizer()
-    target = tiny_target(vocab=len(tok))
-    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    target, _ = patched_target
     random_drafter_for(target, n_layers=2, n_taps=2, block_size=4, mask_token_id=16).save(tmp_path / "init")
     with pytest.raises(SystemExit, match="--deepen 1: cannot deepen a 2-layer drafter to 1 layers; give at least"):
         main(["--init", str(tmp_path / "init"), "--deepen", "1", "--out", str(tmp_path / "out")])
@@ -215,20 +224,16 @@ def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("deepen", [0, 2])
-def test_training_continues_from_a_trained_drafter(tmp_path, monkeypatch, deepen):
+def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, deepen):
     """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it;
     --deepen adds layers to it."""
     import json
 
-    import core.models
     from core.dflash import random_drafter_for
-    from core.models import load_tokenizer
     from core.training.prompts import is_held_out, training_prompts
     from core.training.train import main
 
-    tok = load_tokenizer()
-    target = tiny_target(vocab=len(tok))
-    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    target, tok = patched_target
     init = random_drafter_for(target, seed=3, n_layers=1, n_taps=2, block_size=4, mask_token_id=16)
     init.set_draft_vocab(list(range(2, 600)))
     init.save(tmp_path / "init")
