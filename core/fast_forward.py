@@ -4,7 +4,7 @@ Two savings. (1) In bf16 on a CPU, `F.linear` hands oneDNN a plain weight that i
 layout on every call; for the few-token forwards of decoding that reorder costs as much as the product. Here
 each weight is reordered once (`mkldnn._reorder_linear_weight`) and kept beside the model, which halves a
 one-token forward's matrix time with bitwise-equal results (checked per weight when it is packed; a weight whose
-packed product differs is never packed). (2) transformers wraps every layer and attention call in keyword
+packed product differs is never packed; forwards of more than PACK_MAX_ROWS rows take the stock product). (2) transformers wraps every layer and attention call in keyword
 rewriting, output-capture hooks and mask dispatch; this runs the same ops in the same order with the same SDPA
 calls transformers makes (GQA folded without a mask, keys repeated with the same boolean or additive mask
 otherwise). Logits, hidden states and cache equal `model(...)`'s bit for bit (tested). Anything not covered (other
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from core.kv_cache import cache_kwargs
 
 COVERED = {"llama", "qwen3"}
+PACK_MAX_ROWS = 32       # packed products serve forwards of at most this many rows (one token, a chain, a small tree)
 PACK_MAX_BYTES = 2 << 30     # a packed copy doubles the linear weights' memory: only for small targets
 _seen: weakref.WeakSet = weakref.WeakSet()          # modules `pack_linears` has run on
 _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # nn.Linear -> (weight version, packed) | None
@@ -63,7 +64,8 @@ def pack_weight(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch
     with torch.no_grad():
         try:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
-            probes = [torch.randn(1, rows, weight.shape[1], generator=gen).to(weight.dtype) for rows in (1, 17)]
+            probes = [torch.randn(1, rows, weight.shape[1], generator=gen).to(weight.dtype)
+                      for rows in (1, 17, PACK_MAX_ROWS)]
             same = all(torch.equal(packed_linear(x, packed, bias), F.linear(x, weight, bias)) for x in probes)
         except (RuntimeError, AttributeError):
             return None
@@ -92,10 +94,13 @@ def pack_linears(module: torch.nn.Module) -> int:
 
 def linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """`module(x)`, through its packed weight when it has an up-to-date one, `x` has the weight's dtype (autocast
-    and fp32 inputs take the stock path) and no gradient is wanted."""
+    and fp32 inputs take the stock path), at most PACK_MAX_ROWS rows (with AMX, oneDNN's kernel for more rows
+    rounds differently from F.linear's at data-dependent places, which no probe can rule out) and no gradient is
+    wanted."""
     entry = _packed.get(module)
     if (entry is not None and entry[1] is not None and entry[0] == _version(module.weight)
-            and x.dtype == module.weight.dtype and not (torch.is_grad_enabled() and module.weight.requires_grad)):
+            and x.dtype == module.weight.dtype and x.numel() <= PACK_MAX_ROWS * x.shape[-1]
+            and not (torch.is_grad_enabled() and module.weight.requires_grad)):
         return packed_linear(x, entry[1], module.bias)
     return module(x)
 

@@ -81,7 +81,7 @@ def test_embedded_target_in_bf16_is_exact():
     from core.models import load_target
 
     target, _ = load_target(dtype="bf16")
-    assert fast_forward.covered(target)     # packed where bit-exact on this CPU (all 211 weights on AVX-512 BF16)
+    assert fast_forward.covered(target)     # packed where bit-exact on this CPU (all 211 weights)
     prefix = dict(input_ids=torch.arange(100, 140)[None])
     tree_mask = torch.zeros(1, 1, 17, 58, dtype=torch.bfloat16)                     # 41 cached, 17 nodes
     tree_mask[..., 41:] = torch.finfo(torch.bfloat16).min
