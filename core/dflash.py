@@ -14,7 +14,7 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
-from core.fast_forward import PACK_MAX_ROWS, linear, packed_linear
+from core.fast_forward import few_rows, linear, packed_linear
 
 
 def build_target_layer_ids(num_target_layers: int, n: int) -> list[int]:
@@ -156,8 +156,8 @@ class DFlashDrafter(nn.Module):
                          packed: torch.Tensor | None = None) -> torch.Tensor:
         """`logits` restricted to some rows [Vr, H] of the LM head: [..., Vr]; `packed`: the same rows in oneDNN's
         layout (`core.fast_forward.pack_weight`)."""
-        small = hidden.numel() <= PACK_MAX_ROWS * hidden.shape[-1]
-        return self._scaled(packed_linear(hidden, packed) if packed is not None and small else F.linear(hidden, rows))
+        return self._scaled(packed_linear(hidden, packed) if packed is not None and few_rows(hidden)
+                            else F.linear(hidden, rows))
 
     def _scaled(self, out: torch.Tensor) -> torch.Tensor:
         """The config's output multiplier and final-logit soft cap, for both readouts."""

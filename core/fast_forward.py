@@ -4,12 +4,12 @@ Two savings. (1) In bf16 on a CPU, `F.linear` hands oneDNN a plain weight that i
 layout on every call; for the few-token forwards of decoding that reorder costs as much as the product. Here
 each weight is reordered once (`mkldnn._reorder_linear_weight`) and kept beside the model, which halves a
 one-token forward's matrix time with bitwise-equal results (checked per weight when it is packed; a weight whose
-packed product differs is never packed; forwards of more than PACK_MAX_ROWS rows take the stock product). (2) transformers wraps every layer and attention call in keyword
-rewriting, output-capture hooks and mask dispatch; this runs the same ops in the same order with the same SDPA
-calls transformers makes (GQA folded without a mask, keys repeated with the same boolean or additive mask
-otherwise). Logits, hidden states and cache equal `model(...)`'s bit for bit (tested). Anything not covered (other
-architectures, rope scaling, sliding windows, another attention implementation, a model split over devices)
-goes through `model(...)` unchanged.
+packed product differs is never packed; forwards of more than PACK_MAX_ROWS rows take the stock product).
+(2) transformers wraps every layer and attention call in keyword rewriting, output-capture hooks and mask
+dispatch; this runs the same ops in the same order with the same SDPA calls transformers makes (GQA folded without
+a mask, keys repeated with the same boolean or additive mask otherwise). Logits, hidden states and cache equal
+`model(...)`'s bit for bit (tested). Anything not covered (other architectures, rope scaling, sliding windows,
+another attention implementation, a model split over devices) goes through `model(...)` unchanged.
 """
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def pack_weight(weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch
     return packed if same else None
 
 
+def few_rows(x: torch.Tensor) -> bool:
+    """Whether `x` [..., in] is small enough for a packed product: with AMX, oneDNN's kernel for more than
+    PACK_MAX_ROWS rows rounds differently from F.linear's at data-dependent places, which no probe can rule out."""
+    return x.numel() <= PACK_MAX_ROWS * x.shape[-1]
+
+
 def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
@@ -94,12 +100,10 @@ def pack_linears(module: torch.nn.Module) -> int:
 
 def linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """`module(x)`, through its packed weight when it has an up-to-date one, `x` has the weight's dtype (autocast
-    and fp32 inputs take the stock path), at most PACK_MAX_ROWS rows (with AMX, oneDNN's kernel for more rows
-    rounds differently from F.linear's at data-dependent places, which no probe can rule out) and no gradient is
-    wanted."""
+    and fp32 inputs take the stock path), has `few_rows` and no gradient is wanted."""
     entry = _packed.get(module)
     if (entry is not None and entry[1] is not None and entry[0] == _version(module.weight)
-            and x.dtype == module.weight.dtype and x.numel() <= PACK_MAX_ROWS * x.shape[-1]
+            and x.dtype == module.weight.dtype and few_rows(x)
             and not (torch.is_grad_enabled() and module.weight.requires_grad)):
         return packed_linear(x, entry[1], module.bias)
     return module(x)
