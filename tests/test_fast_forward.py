@@ -63,6 +63,23 @@ def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
         assert torch.equal(fast_forward.linear(proj, x), proj(x))
 
 
+@pytest.mark.parametrize("rows", [fast_forward.PACK_MAX_ROWS, fast_forward.PACK_MAX_ROWS + 1])
+def test_only_forwards_of_few_rows_take_the_packed_product(rows, monkeypatch):
+    """A prefill or a large tree takes the stock product on every CPU: with AMX, oneDNN's packed kernel for more
+    than PACK_MAX_ROWS rows rounds differently from F.linear's where no probe can tell."""
+    target = tiny_target().to(torch.bfloat16)
+    if fast_forward.pack_linears(target) == 0:
+        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    calls = []
+    packed_linear = fast_forward.packed_linear
+    monkeypatch.setattr(fast_forward, "packed_linear", lambda *a: calls.append(a) or packed_linear(*a))
+    proj = target.model.layers[0].mlp.up_proj
+    x = torch.randn(1, rows, proj.in_features, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(fast_forward.linear(proj, x), proj(x))
+    assert len(calls) == (rows <= fast_forward.PACK_MAX_ROWS)
+
+
 def test_fp32_and_autocast_inputs_take_the_stock_path():
     """A packed bf16 weight never meets an fp32 input: training runs an evaluated (packed) target's LM head on fp32
     drafter states under autocast."""
