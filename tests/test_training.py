@@ -226,7 +226,7 @@ def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
 @pytest.mark.parametrize("deepen", [0, 2])
 def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, deepen):
     """--init: the drafter's own config and draft vocabulary, its held-out tau measured first, exports only above it;
-    --deepen adds layers to it."""
+    --deepen adds layers to it; --export-final exports the last step regardless."""
     import json
 
     from core.dflash import random_drafter_for
@@ -243,9 +243,13 @@ def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, dee
                  lambda i: rng.integers(3, 600, 40).tolist() + [2])
     main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--export", str(tmp_path / "export"),
           "--init", str(tmp_path / "init"), "--steps", "2", "--accum", "1", "--eval-every", "0",
-          "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16", "--deepen", str(deepen)])
+          "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16", "--deepen", str(deepen),
+          "--export-final", str(tmp_path / "final")])
     state = json.loads((tmp_path / "out" / "state.json").read_text())
     assert state["step"] == 2 and state["draft_vocab"] == list(range(2, 600))
+    final = json.loads((tmp_path / "final" / "training_state.json").read_text())    # whatever its tau
+    assert final["step"] == 2 and final["tau_heldout"] == state["history"][-1]["tau"]
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["num_hidden_layers"] == (deepen or 1)
     start = state["history"][0]
     assert start["step"] == 0 and start["init"] == str(tmp_path / "init")
     from safetensors.torch import load_file

@@ -204,9 +204,7 @@ def train(args) -> None:
                 tqdm.write(f"step {state['step']}: tau {tau}  loss {total:.3f}")
                 if args.export and tau["ddtree"] > state["best_tau"]:
                     state["best_tau"] = tau["ddtree"]
-                    drafter.save(args.export)
-                    (Path(args.export) / "training_state.json").write_text(json.dumps(
-                        {"step": state["step"], "tau_heldout": tau, "args": vars(args)}, indent=2))
+                    export(drafter, args.export, state["step"], tau, args)
                 last_eval = time.time()
             if time.time() - last_ckpt > args.ckpt_every * 60:
                 save_checkpoint(out, drafter, opt, state)
@@ -215,7 +213,17 @@ def train(args) -> None:
                 break
         state["epoch"] += 1
     save_checkpoint(out, drafter, opt, state)
+    if args.export_final:
+        export(drafter, args.export_final, state["step"], state["history"][-1]["tau"] if state["history"] else None,
+               args)
     bar.close()
+
+
+def export(drafter, folder, step: int, tau: dict | None, args) -> None:
+    """The drafter in z-lab's format, with the step, held-out tau and arguments that made it."""
+    drafter.save(folder)
+    (Path(folder) / "training_state.json").write_text(json.dumps(
+        {"step": step, "tau_heldout": tau, "args": vars(args)}, indent=2))
 
 
 def main(argv=None) -> None:
@@ -223,6 +231,9 @@ def main(argv=None) -> None:
     ap.add_argument("--data", default="runs/data", help="folder of shards from core.training.generate_data")
     ap.add_argument("--out", default="runs/train", help="checkpoint folder (resumes if present)")
     ap.add_argument("--export", default=None, help="folder that receives the best drafter (z-lab format, bf16)")
+    ap.add_argument("--export-final", default=None,
+                    help="folder that also receives the last step's drafter, whatever its held-out tau (to compare "
+                         "it with the best one on a benchmark: ten held-out prompts are a noisy judge)")
     ap.add_argument("--target", default="embedded:smollm2-135m-instruct", help="target model id or folder")
     ap.add_argument("--init", default=None,
                     help="start from this trained drafter folder (its config and draft vocabulary; fresh optimizer; "
