@@ -33,6 +33,14 @@ def _assert_same_as_stock(target, calls):
                    for s, o in zip(stock.layers, ours.layers))
 
 
+def _packed_tiny_target():
+    """A bf16 tiny target with its packed weights; skips where oneDNN's packed product is not bit-exact."""
+    target = tiny_target().to(torch.bfloat16)
+    if fast_forward.pack_linears(target) == 0:
+        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    return target
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_tiny_targets_match_transformers_bit_for_bit(arch, dtype):
@@ -53,9 +61,7 @@ def test_uncovered_models_run_the_stock_forward():
 
 
 def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
-    target = tiny_target().to(torch.bfloat16)
-    if fast_forward.pack_linears(target) == 0:
-        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    target = _packed_tiny_target()
     proj = target.model.layers[0].mlp.up_proj
     x = torch.randn(1, 2, proj.in_features, dtype=torch.bfloat16)
     with torch.no_grad():
@@ -67,9 +73,7 @@ def test_a_changed_weight_is_not_served_from_a_stale_packed_copy():
 def test_only_forwards_of_few_rows_take_the_packed_product(rows, monkeypatch):
     """A prefill or a large tree takes the stock product on every CPU: with AMX, oneDNN's packed kernel for more
     than PACK_MAX_ROWS rows rounds differently from F.linear's where no probe can tell."""
-    target = tiny_target().to(torch.bfloat16)
-    if fast_forward.pack_linears(target) == 0:
-        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    target = _packed_tiny_target()
     calls = []
     packed_linear = fast_forward.packed_linear
     monkeypatch.setattr(fast_forward, "packed_linear", lambda *a: calls.append(a) or packed_linear(*a))
@@ -83,9 +87,7 @@ def test_only_forwards_of_few_rows_take_the_packed_product(rows, monkeypatch):
 def test_fp32_and_autocast_inputs_take_the_stock_path():
     """A packed bf16 weight never meets an fp32 input: training runs an evaluated (packed) target's LM head on fp32
     drafter states under autocast."""
-    target = tiny_target().to(torch.bfloat16)
-    if fast_forward.pack_linears(target) == 0:
-        pytest.skip("oneDNN's packed bf16 product is not bit-exact on this CPU, so nothing is packed")
+    target = _packed_tiny_target()
     head = target.get_output_embeddings()
     x = torch.randn(2, 3, head.in_features)
     with torch.no_grad():
