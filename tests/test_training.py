@@ -161,8 +161,8 @@ def test_shipped_replies_answer_training_prompts_only():
     allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}
     archives = sorted((Path(__file__).parents[1] / "assets" / "training_data").glob("replies-*.npz"))
     keys = [k for f in archives for k in np.load(f)["keys"].tolist()]
-    assert archives and len(keys) == len(set(keys)) > 3000
-    assert set(keys) <= allowed                      # no evaluation or held-out prompt's reply
+    assert archives and len(keys) == len(set(keys))   # each prompt answered once
+    assert set(keys) == allowed                      # every training prompt, no evaluation or held-out one
 
 
 def _write_shard(tok, folder, prompts, reply):
