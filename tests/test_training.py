@@ -261,3 +261,42 @@ def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, dee
     if (tmp_path / "export" / "training_state.json").exists():                         # only above the start
         exported = json.loads((tmp_path / "export" / "training_state.json").read_text())
         assert exported["tau_heldout"]["ddtree"] > start["tau"]["ddtree"]
+
+
+def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_target, monkeypatch, capsys):
+    """An interrupted run resumes where its epoch stopped: every reply once per epoch, none twice, in the same order
+    as one uninterrupted run."""
+    import json
+
+    import core.training.train as training
+    from core.dflash import random_drafter_for
+    from core.training.prompts import is_held_out, training_prompts
+
+    target, tok = patched_target
+    random_drafter_for(target, seed=3, n_layers=1, n_taps=2, block_size=4, mask_token_id=16).save(tmp_path / "init")
+    keys = [p.key for p in training_prompts() if not is_held_out(p.key)][:5]
+    (tmp_path / "data").mkdir()
+    _write_shard(tok, tmp_path / "data", [p for p in training_prompts() if p.key in keys],
+                 lambda i: list(range(40 + i, 60 + i)) + [2])
+    seen = []
+    make_blocks = training.make_blocks
+    monkeypatch.setattr(training, "make_blocks", lambda seq, *a: seen.append(seq.key) or make_blocks(seq, *a))
+
+    def run(out, steps):
+        training.main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / out), "--init", str(tmp_path / "init"),
+                       "--steps", str(steps), "--accum", "1", "--eval-every", "1000", "--eval-prompts", "1",
+                       "--eval-tokens", "2", "--no-bf16"])
+        return json.loads((tmp_path / out / "state.json").read_text())
+
+    run("once", 7)
+    uninterrupted, seen[:] = list(seen), []
+    assert sorted(uninterrupted[:5]) == sorted(keys)                # epoch 0: each reply once
+    assert run("cut", 2)["offset"] == 2
+    state = run("cut", 7)
+    assert seen == uninterrupted                    # steps 3-5 finish epoch 0, steps 6-7 start epoch 1
+    assert (state["epoch"], state["offset"]) == (1, 2)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="0 usable replies"):
+        training.main(["--data", str(tmp_path / "empty"), "--out", str(tmp_path / "none"), "--init",
+                       str(tmp_path / "init"), "--steps", "1", "--eval-every", "1000", "--eval-prompts", "1",
+                       "--eval-tokens", "2", "--no-bf16"])

@@ -169,7 +169,6 @@ def train(args) -> None:
         state["best_tau"] = tau["ddtree"]
         state["history"].append({"step": 0, "tau": tau, "init": str(args.init), "time": round(time.time())})
         print(f"start ({args.init}): tau {tau}")
-    rng = np.random.default_rng(args.seed + state["epoch"])
     bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True)
     last_ckpt = last_eval = time.time()
     acc_c = torch.zeros(drafter.block_size - 1)
@@ -177,8 +176,12 @@ def train(args) -> None:
     while state["step"] < args.steps:
         seqs = [s for s in load_sequences(args.data, tokenizer=tok)
                 if len(s.ids) <= args.max_len and s.key in allowed]
+        if len(seqs) < args.accum:
+            raise SystemExit(f"--data {args.data}: {len(seqs)} usable replies (training prompts, at most --max-len "
+                             f"{args.max_len} tokens), fewer than --accum {args.accum}; generate data first")
+        rng = np.random.default_rng(args.seed + state["epoch"])    # an epoch's order, the same when it resumes
         rng.shuffle(seqs)
-        for i in range(0, len(seqs) - args.accum + 1, args.accum):
+        for i in range(state.get("offset", 0), len(seqs) - args.accum + 1, args.accum):
             for g in opt.param_groups:
                 g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup)
             opt.zero_grad(set_to_none=True)
@@ -192,6 +195,7 @@ def train(args) -> None:
             torch.nn.utils.clip_grad_norm_(params, args.clip)
             opt.step()
             state["step"] += 1
+            state["offset"] = i + args.accum                            # sequences of this epoch done
             acc = (acc_c / acc_n.clamp(min=1)).tolist()
             bar.update(1)
             bar.set_postfix(loss=f"{total:.3f}", **{f"acc{k}": f"{acc[k - 1]:.2f}" for k in (1, 4, 8) if k <= len(acc)},
@@ -211,7 +215,8 @@ def train(args) -> None:
                 last_ckpt = time.time()
             if state["step"] >= args.steps:
                 break
-        state["epoch"] += 1
+        else:
+            state["epoch"], state["offset"] = state["epoch"] + 1, 0
     save_checkpoint(out, drafter, opt, state)
     if args.export_final:
         export(drafter, args.export_final, state["step"], state["history"][-1]["tau"] if state["history"] else None,
