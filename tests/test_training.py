@@ -263,7 +263,7 @@ def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, dee
         assert exported["tau_heldout"]["ddtree"] > start["tau"]["ddtree"]
 
 
-def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_target, monkeypatch, capsys):
+def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_target, monkeypatch):
     """An interrupted run resumes where its epoch stopped: every reply once per epoch, none twice, in the same order
     as one uninterrupted run."""
     import json
@@ -282,8 +282,8 @@ def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_t
     make_blocks = training.make_blocks
     monkeypatch.setattr(training, "make_blocks", lambda seq, *a: seen.append(seq.key) or make_blocks(seq, *a))
 
-    def run(out, steps):
-        training.main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / out), "--init", str(tmp_path / "init"),
+    def run(out, steps, data="data"):
+        training.main(["--data", str(tmp_path / data), "--out", str(tmp_path / out), "--init", str(tmp_path / "init"),
                        "--steps", str(steps), "--accum", "1", "--eval-every", "1000", "--eval-prompts", "1",
                        "--eval-tokens", "2", "--no-bf16"])
         return json.loads((tmp_path / out / "state.json").read_text())
@@ -297,6 +297,4 @@ def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_t
     assert (state["epoch"], state["offset"]) == (1, 2)
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="0 usable replies"):
-        training.main(["--data", str(tmp_path / "empty"), "--out", str(tmp_path / "none"), "--init",
-                       str(tmp_path / "init"), "--steps", "1", "--eval-every", "1000", "--eval-prompts", "1",
-                       "--eval-tokens", "2", "--no-bf16"])
+        run("none", 1, data="empty")
