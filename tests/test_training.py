@@ -42,6 +42,14 @@ def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
     assert torch.allclose(b.weights, torch.exp(-torch.arange(3.0) / 4.0))
 
 
+def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
+    seq = Sequence("x", np.arange(2, 142), prompt_len=10)                     # 129 anchor candidates
+    n = [len(make_blocks(seq, 4, 1, cap, 4.0, np.random.default_rng(0), per).anchors)
+         for per, cap in [(8, 48), (4, 48), (2, 48)]]
+    assert n == [129 // 8, 129 // 4, 48]
+
+
+
 def tiny_drafter(target):
     d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=4))
     init_weights(d, seed=0)

@@ -187,7 +187,8 @@ def train(args) -> None:
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for seq in seqs[i: i + args.accum]:
-                batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng)
+                batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
+                                    args.tokens_per_anchor)
                 loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill)
                 (loss / args.accum).backward()
                 total += loss.item() / args.accum
@@ -257,6 +258,9 @@ def main(argv=None) -> None:
     ap.add_argument("--distill", type=float, default=0.0,
                     help="share of KL to the target's soft labels in the loss (0: the paper's cross-entropy)")
     ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
+    ap.add_argument("--tokens-per-anchor", type=int, default=8,
+                    help="one anchor per this many reply tokens (up to --anchors): denser anchors give more drafter "
+                         "signal per frozen target forward")
     ap.add_argument("--max-len", type=int, default=1024, help="skip longer sequences")
     ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
     ap.add_argument("--accum", type=int, default=4, help="sequences per optimizer step")
