@@ -49,7 +49,6 @@ def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
     assert n == [129 // 8, 129 // 4, 48]
 
 
-
 def tiny_drafter(target):
     d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=4))
     init_weights(d, seed=0)
@@ -106,6 +105,15 @@ def test_distill_share_outside_zero_to_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--distill", "1.5"])
     assert "--distill is the KL share of the loss, between 0 and 1 (got 1.5)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--anchors", "--tokens-per-anchor"])
+def test_anchor_counts_below_one_are_refused(flag, capsys):
+    from core.training.train import main
+
+    with pytest.raises(SystemExit):
+        main([flag, "0"])
+    assert f"{flag} must be at least 1 (got 0)" in capsys.readouterr().err
 
 
 def test_deepened_drafter_predicts_as_before_and_trains_its_new_layers():

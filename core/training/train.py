@@ -278,6 +278,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not 0.0 <= args.distill <= 1.0:
         ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
+    if args.anchors < 1:
+        ap.error(f"--anchors must be at least 1 (got {args.anchors})")
+    if args.tokens_per_anchor < 1:
+        ap.error(f"--tokens-per-anchor must be at least 1 (got {args.tokens_per_anchor})")
     if args.deepen < 0:
         ap.error(f"--deepen is the drafter's new layer count (got {args.deepen})")
     if args.deepen and not args.init:
