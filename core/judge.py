@@ -1,0 +1,149 @@
+"""Judge drafters on one fixed trajectory per prompt: acceptance along the target's own greedy reply.
+
+    python -m core.judge --drafters assets/drafters/smollm2-135m-dflash-b16,runs/final13 --datasets gsm8k --n 30
+
+The benchmark decodes for real, and in bf16 a drafter that tips one near-tie sends the reply down another path:
+per-prompt τ then swings by whole tokens for reasons that are not the drafter's. At temperature 0 the loop is
+lossless, so it emits the target's greedy reply, and each step accepts the longest tree path that matches that
+reply. This replays exactly that walk against one reference reply per prompt, decoded once by plain decoding:
+one target forward over prompt + reply gives every context feature, then each step costs one drafter forward and
+one tree build, no verification. Every drafter is measured on the same tokens, in a fraction of a benchmark's
+time; where the real loop emits the reference (fp32: always), its τ is the same, step for step (a test checks it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from core.config import DecodeConfig  # noqa: E402
+
+
+def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """The target's greedy reply, by plain decoding (the loop's `ar`)."""
+    from core.engine import output_ids, run
+
+    return output_ids(run(pair, prompt_ids, DecodeConfig(method="ar", max_new_tokens=max_new_tokens)))
+
+
+@torch.inference_mode()
+def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig) -> list[int]:
+    """Tokens committed per step (accepted drafts + bonus, cut at the reply's end: the loop's `StepRecord.tau`)
+    when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave."""
+    from core.dflash import DraftKV, extract_features
+    from core.drafter import draft_block, readout_for
+    from core.engine import _clip, _default_builder, check_inputs
+    from core.fast_forward import forward
+    from core.kv_cache import new_cache
+    from core.limits import context_window
+    from core.tree import child_maps
+
+    cfg = check_inputs(pair, prompt_ids, cfg)
+    target, drafter = pair.target, pair.drafter
+    build, window = _default_builder(cfg, pair), context_window(target)
+    n_pos = (cfg.block_size or drafter.block_size) - 1
+    k = cfg.topk or min(cfg.budget, target.get_output_embeddings().weight.shape[0])
+    ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
+    out = forward(target, ids, new_cache(target), output_hidden_states=True, logits_to_keep=1)
+    features = extract_features(out.hidden_states, drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
+    readout = None if cfg.full_readout else readout_for(drafter, target, prompt_ids)
+    kv, fed, t, committed = DraftKV(len(drafter.layers)), 0, 0, []
+    while t < len(reference) - 1:             # reference[t] is this step's bonus token, at position P + t
+        past = len(prompt_ids) + t
+        depth_cap = min(n_pos, cfg.max_new_tokens - (t + 1) - 1, window - 1 - past)
+        draft = draft_block(drafter, target, features[fed:past], reference[t], past, kv, n_pos, k,
+                            cfg.entropy_lam, readout) if depth_cap > 0 else None
+        fed = past
+        a = 0
+        if draft is not None:
+            tree = build(_clip(draft, depth_cap), cfg.budget, reference[t], prompt_ids + reference[: t + 1])
+            children, node = child_maps(tree), 0
+            while t + 1 + a < len(reference) and reference[t + 1 + a] in children[node]:
+                node, a = children[node][reference[t + 1 + a]], a + 1
+        committed.append(min(a + 1, len(reference) - 1 - t))
+        t += a + 1
+    return committed
+
+
+def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
+    """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
+    from core.benchmark import conversations
+    from core.models import encode_messages, load_drafter, load_pair
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--drafters", required=True,
+                    help="comma-separated drafter folders or hub ids; the first is the one the others are compared to")
+    ap.add_argument("--datasets", default="gsm8k",
+                    help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
+    ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
+    ap.add_argument("--methods", default="chain,ddtree", help="comma-separated drafting methods")
+    ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--out", default=None, help="folder for rows.jsonl (references and per-step acceptance)")
+    args = ap.parse_args(argv)
+    if "mt-bench" in args.datasets.split(","):
+        ap.error("mt-bench has two turns; judge its first turns with --datasets mt-bench-first")
+    if args.max_new_tokens < 1 or args.n < 1:
+        ap.error("--n and --max-new-tokens must be at least 1")
+    methods = args.methods.split(",")
+    if "ar" in methods:
+        ap.error("ar drafts nothing; choose drafting methods such as chain,ddtree")
+    pair = pair or load_pair(args.pair, dtype=args.dtype)
+    drafters = drafters or {d: load_drafter(d, pair.target, pair.dtype) for d in args.drafters.split(",")}
+    settings = [(m, b) for m in methods for b in ([0] if m == "chain" else [int(x) for x in args.budgets.split(",")])]
+
+    from dataclasses import replace
+
+    rows = []
+    for dataset in args.datasets.split(","):
+        for index, turns in enumerate(conversations(dataset, args.n)):
+            prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
+            reference = reference_reply(pair, prompt_ids, args.max_new_tokens)
+            for name, drafter in drafters.items():
+                judged = replace(pair, drafter=drafter)
+                for method, budget in settings:
+                    cfg = DecodeConfig(method=method, budget=budget or 64, max_new_tokens=args.max_new_tokens)
+                    steps = replay(judged, prompt_ids, reference, cfg)
+                    rows.append({"dataset": dataset, "prompt": index, "drafter": name, "method": method,
+                                 "budget": budget or None, "tokens": len(reference), "steps": len(steps),
+                                 "tau": statistics.mean(steps) if steps else 1.0, "committed": steps})
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(args.out) / "rows.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    print(table(rows, list(drafters)))
+    return rows
+
+
+def table(rows: list[dict], drafters: list[str]) -> str:
+    """τ per drafter and setting: mean of per-prompt τ, pooled (committed tokens ÷ steps), and against the first
+    drafter the median per-prompt change and the prompts it wins and loses."""
+    lines = ["| dataset | method | budget | drafter | prompts | τ | pooled τ | median Δτ vs first | higher / lower |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    keys = dict.fromkeys((r["dataset"], r["method"], r["budget"]) for r in rows)
+    for dataset, method, budget in keys:
+        by = {d: {r["prompt"]: r for r in rows if (r["dataset"], r["method"], r["budget"], r["drafter"]) ==
+                  (dataset, method, budget, d)} for d in drafters}
+        first = by[drafters[0]]
+        for d in drafters:
+            rs = by[d]
+            tau = statistics.mean(r["tau"] for r in rs.values())
+            pooled = sum(sum(r["committed"]) for r in rs.values()) / max(1, sum(r["steps"] for r in rs.values()))
+            delta = [rs[p]["tau"] - first[p]["tau"] for p in rs]
+            vs = "–" if d == drafters[0] else f"{statistics.median(delta):+.3f}"
+            wins = "–" if d == drafters[0] else f"{sum(x > 0 for x in delta)} / {sum(x < 0 for x in delta)}"
+            lines.append(f"| {dataset} | {method} | {budget or '–'} | {d} | {len(rs)} | {tau:.3f} | {pooled:.3f} | "
+                         f"{vs} | {wins} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The fixed-trajectory judge replays the decode loop exactly: same τ step for step where the loop emits the
+reference (fp32, temperature 0), for every builder; and its command compares drafters on shared references."""
+import json
+import random
+import warnings
+
+import pytest
+
+from core.dflash import random_drafter_for
+from tests.conftest import tiny_pair
+from core.config import DecodeConfig
+from core.engine import output_ids, run
+from core.judge import main, reference_reply, replay
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_replay_matches_the_real_loop_step_for_step(arch):
+    pair = tiny_pair(arch)
+    for seed in range(3):
+        rng = random.Random(seed)
+        prompt = [rng.randrange(2, 90) for _ in range(10)]
+        reference = reference_reply(pair, prompt, 40)
+        for method, budget in [("chain", 64), ("ddtree", 4), ("ddtree", 32), ("presto", 16)]:
+            cfg = DecodeConfig(method=method, budget=budget, max_new_tokens=40)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")             # no n-gram table for the tiny vocabulary
+                records = run(pair, prompt, cfg)
+                replayed = replay(pair, prompt, reference, cfg)
+            assert output_ids(records) == reference         # lossless, so the loop walked the reference
+            assert replayed == [r.tau for r in records if r.step > 0], (method, budget, seed)
+
+
+def test_replay_stops_at_the_reply_end_like_the_loop():
+    pair = tiny_pair()
+    prompt = [3, 4, 5, 6]
+    reference = reference_reply(pair, prompt, 9)
+    steps = replay(pair, prompt, reference, DecodeConfig(method="ddtree", budget=32, max_new_tokens=9))
+    assert sum(steps) == len(reference) - 1 and all(1 <= s <= 8 for s in steps)
+
+
+def test_command_compares_drafters_on_shared_references(tmp_path, capsys):
+    pair = tiny_pair()
+    other = random_drafter_for(pair.target, seed=7, n_layers=1, n_taps=2, block_size=8,
+                               mask_token_id=95).float().eval().requires_grad_(False)
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "9 8 7 6 5"]))
+    rows = main(["--drafters", "a,b", "--datasets", str(prompts), "--n", "2", "--methods", "chain,ddtree",
+                 "--budgets", "4,16", "--max-new-tokens", "12", "--out", str(tmp_path / "out")],
+                pair=pair, drafters={"a": pair.drafter, "b": other})
+    assert len(rows) == 2 * 2 * 3 and len((tmp_path / "out" / "rows.jsonl").read_text().splitlines()) == 12
+    ar = run(pair, [0, 5, 6, 7], DecodeConfig(method="ddtree", budget=16, max_new_tokens=12))
+    mine = next(r for r in rows if (r["prompt"], r["drafter"], r["method"], r["budget"]) == (0, "a", "ddtree", 16))
+    assert mine["committed"] == [r.tau for r in ar if r.step > 0]
+    table = capsys.readouterr().out
+    assert f"| {prompts} | ddtree | 16 | a | 2 |" in table and "higher / lower" in table
+
+
+@pytest.mark.parametrize("args", [["--datasets", "mt-bench"], ["--methods", "ar,chain"], ["--n", "0"]])
+def test_command_refuses_what_it_cannot_judge(args):
+    with pytest.raises(SystemExit):
+        main(["--drafters", "a"] + args, pair=tiny_pair(), drafters={"a": None})
