@@ -46,12 +46,11 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     overrides the method's tree builder (PRESTO and the adaptive budget pass theirs)."""
     cfg = check_inputs(pair, prompt_ids, cfg)
     target, drafter, tok = pair.target, pair.drafter if cfg.method != "ar" else None, pair.tokenizer
-    build = builder or _default_builder(cfg, pair)
+    build = builder or default_builder(cfg, pair)
     gen = torch.Generator().manual_seed(cfg.seed)
     sync = torch.cuda.synchronize if pair.device.type == "cuda" else None
     layer_ids = drafter.target_layer_ids if drafter is not None else None
-    n_pos = (cfg.block_size or drafter.block_size) - 1 if drafter is not None else 0
-    k = cfg.topk or min(cfg.budget, target.get_output_embeddings().weight.shape[0])
+    n_pos, k = draft_sizes(pair, cfg)
     window, stops, history = context_window(target), set(pair.stop_ids), list(prompt_ids)
     cache, draft_kv = new_cache(target), DraftKV(len(drafter.layers)) if drafter is not None else None
     readout = readout_for(drafter, target, prompt_ids) if drafter is not None and not cfg.full_readout else None
@@ -80,7 +79,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
                 ctx = ctx[:0]
         # 2) build tree: pure function of the [L, K] candidates
         with timed(seconds, "tree"):
-            tree = build(_clip(draft, depth_cap), cfg.budget, bonus, history) if draft is not None \
+            tree = build(clip_draft(draft, depth_cap), cfg.budget, bonus, history) if draft is not None \
                 else root_only(bonus)
         # 3) verify: one target forward over the flattened tree
         with timed(seconds, "verify", sync):
@@ -116,12 +115,19 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         yield record
 
 
-def _default_builder(cfg: DecodeConfig, pair):
+def draft_sizes(pair, cfg: DecodeConfig) -> tuple[int, int]:
+    """L positions drafted per step (0 for `ar`) and K candidates kept per position (DDTree: min(budget, V))."""
+    n_pos = (cfg.block_size or pair.drafter.block_size) - 1 if pair.drafter is not None and cfg.method != "ar" else 0
+    return n_pos, cfg.topk or min(cfg.budget, pair.target.get_output_embeddings().weight.shape[0])
+
+
+def default_builder(cfg: DecodeConfig, pair):
+    """The tree builder `cfg.method` decodes with (`ar`: the root only)."""
     if cfg.method in AUTO_METHODS:
         from core.adaptive import AdaptiveBudget
         from core.costs import cost_curve
 
-        base = _default_builder(replace(cfg, method=AUTO_METHODS[cfg.method]), pair)
+        base = default_builder(replace(cfg, method=AUTO_METHODS[cfg.method]), pair)
         return AdaptiveBudget(base, cost_curve(pair.target), cap=cfg.budget)
     if cfg.method in BUILDERS:
         fn = BUILDERS[cfg.method]
@@ -134,7 +140,7 @@ def _default_builder(cfg: DecodeConfig, pair):
     return presto_builder(cfg, vocab, getattr(pair, "ngram_table", None))
 
 
-def _clip(draft: BlockDraft | None, depth: int) -> BlockDraft | None:
+def clip_draft(draft: BlockDraft | None, depth: int) -> BlockDraft | None:
     if draft is None or depth >= draft.logq.shape[0]:
         return draft
     entropy = draft.entropy[:depth] if draft.entropy is not None else None

@@ -33,25 +33,34 @@ def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[in
 
 
 @torch.inference_mode()
-def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig) -> list[int]:
-    """Tokens committed per step (accepted drafts + bonus, cut at the reply's end: the loop's `StepRecord.tau`)
-    when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave."""
-    from core.dflash import DraftKV, extract_features
-    from core.drafter import draft_block, readout_for
-    from core.engine import _clip, _default_builder, check_inputs
+def reference_states(pair, prompt_ids: list[int], reference: list[int]) -> tuple[torch.Tensor, ...]:
+    """The target's hidden states over prompt + reference (its last token is never context): one forward, shared
+    by every drafter and setting judged on this prompt."""
     from core.fast_forward import forward
     from core.kv_cache import new_cache
+
+    ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
+    return forward(pair.target, ids, new_cache(pair.target), output_hidden_states=True, logits_to_keep=1).hidden_states
+
+
+@torch.inference_mode()
+def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
+           states: tuple[torch.Tensor, ...] | None = None) -> list[int]:
+    """Tokens committed per step (accepted drafts + bonus, cut at the reply's end: the loop's `StepRecord.tau`)
+    when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave. `states`:
+    `reference_states` of this prompt, when several replays share them."""
+    from core.dflash import DraftKV, extract_features
+    from core.drafter import draft_block, readout_for
+    from core.engine import check_inputs, clip_draft, default_builder, draft_sizes
     from core.limits import context_window
     from core.tree import child_maps
 
     cfg = check_inputs(pair, prompt_ids, cfg)
     target, drafter = pair.target, pair.drafter
-    build, window = _default_builder(cfg, pair), context_window(target)
-    n_pos = (cfg.block_size or drafter.block_size) - 1
-    k = cfg.topk or min(cfg.budget, target.get_output_embeddings().weight.shape[0])
-    ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
-    out = forward(target, ids, new_cache(target), output_hidden_states=True, logits_to_keep=1)
-    features = extract_features(out.hidden_states, drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
+    build, window = default_builder(cfg, pair), context_window(target)
+    n_pos, k = draft_sizes(pair, cfg)
+    states = states if states is not None else reference_states(pair, prompt_ids, reference)
+    features = extract_features(states, drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
     readout = None if cfg.full_readout else readout_for(drafter, target, prompt_ids)
     kv, fed, t, committed = DraftKV(len(drafter.layers)), 0, 0, []
     while t < len(reference) - 1:             # reference[t] is this step's bonus token, at position P + t
@@ -62,7 +71,7 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig)
         fed = past
         a = 0
         if draft is not None:
-            tree = build(_clip(draft, depth_cap), cfg.budget, reference[t], prompt_ids + reference[: t + 1])
+            tree = build(clip_draft(draft, depth_cap), cfg.budget, reference[t], prompt_ids + reference[: t + 1])
             children, node = child_maps(tree), 0
             while t + 1 + a < len(reference) and reference[t + 1 + a] in children[node]:
                 node, a = children[node][reference[t + 1 + a]], a + 1
@@ -107,11 +116,12 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
         for index, turns in enumerate(conversations(dataset, args.n)):
             prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
             reference = reference_reply(pair, prompt_ids, args.max_new_tokens)
+            states = reference_states(pair, prompt_ids, reference)
             for name, drafter in drafters.items():
                 judged = replace(pair, drafter=drafter)
                 for method, budget in settings:
                     cfg = DecodeConfig(method=method, budget=budget or 64, max_new_tokens=args.max_new_tokens)
-                    steps = replay(judged, prompt_ids, reference, cfg)
+                    steps = replay(judged, prompt_ids, reference, cfg, states)
                     rows.append({"dataset": dataset, "prompt": index, "drafter": name, "method": method,
                                  "budget": budget or None, "tokens": len(reference), "steps": len(steps),
                                  "tau": statistics.mean(steps) if steps else 1.0, "committed": steps})
