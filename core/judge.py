@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from core.config import DecodeConfig  # noqa: E402
+from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 
 
 def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
@@ -91,7 +91,7 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     ap.add_argument("--datasets", default="gsm8k",
                     help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
-    ap.add_argument("--methods", default="chain,ddtree", help="comma-separated drafting methods")
+    ap.add_argument("--methods", default="chain,ddtree", help="comma-separated: chain, ddtree, presto, presto-beam")
     ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
@@ -102,12 +102,19 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
         ap.error("mt-bench has two turns; judge its first turns with --datasets mt-bench-first")
     if args.max_new_tokens < 1 or args.n < 1:
         ap.error("--n and --max-new-tokens must be at least 1")
-    methods = args.methods.split(",")
-    if "ar" in methods:
-        ap.error("ar drafts nothing; choose drafting methods such as chain,ddtree")
+    methods, judged_methods = args.methods.split(","), [m for m in METHODS if m != "ar" and m not in AUTO_METHODS]
+    for m in methods:
+        if m not in judged_methods:
+            why = ("drafts nothing" if m == "ar" else "calibrates its budget on the real loop's steps"
+                   if m in AUTO_METHODS else "is not a method")
+            ap.error(f"{m} {why}; choose from {', '.join(judged_methods)}")
+    try:
+        budgets = [int(b) for b in args.budgets.split(",")]
+    except ValueError:
+        ap.error(f"--budgets takes whole numbers separated by commas (got {args.budgets!r})")
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     drafters = drafters or {d: load_drafter(d, pair.target, pair.dtype) for d in args.drafters.split(",")}
-    settings = [(m, b) for m in methods for b in ([0] if m == "chain" else [int(x) for x in args.budgets.split(",")])]
+    settings = [(m, b) for m in methods for b in (budgets if m in TREE_METHODS else [0])]
 
     from dataclasses import replace
 
@@ -120,7 +127,7 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
             for name, drafter in drafters.items():
                 judged = replace(pair, drafter=drafter)
                 for method, budget in settings:
-                    cfg = DecodeConfig(method=method, budget=budget or 64, max_new_tokens=args.max_new_tokens)
+                    cfg = DecodeConfig(method=method, budget=budget or budgets[0], max_new_tokens=args.max_new_tokens)
                     steps = replay(judged, prompt_ids, reference, cfg, states)
                     rows.append({"dataset": dataset, "prompt": index, "drafter": name, "method": method,
                                  "budget": budget or None, "tokens": len(reference), "steps": len(steps),

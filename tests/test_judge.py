@@ -55,7 +55,12 @@ def test_command_compares_drafters_on_shared_references(tmp_path, capsys):
     assert f"| {prompts} | ddtree | 16 | a | 2 |" in table and "higher / lower" in table
 
 
-@pytest.mark.parametrize("args", [["--datasets", "mt-bench"], ["--methods", "ar,chain"], ["--n", "0"]])
-def test_command_refuses_what_it_cannot_judge(args):
+@pytest.mark.parametrize("args, message", [
+    (["--datasets", "mt-bench"], "mt-bench has two turns"), (["--methods", "ar,chain"], "ar drafts nothing"),
+    (["--n", "0"], "must be at least 1"), (["--methods", "ddtree-auto"], "calibrates its budget"),
+    (["--methods", "ddtre"], "ddtre is not a method; choose from chain, ddtree"),
+    (["--budgets", "16,x"], "--budgets takes whole numbers")])
+def test_command_refuses_what_it_cannot_judge(args, message, capsys):
     with pytest.raises(SystemExit):
         main(["--drafters", "a"] + args, pair=tiny_pair(), drafters={"a": None})
+    assert message in capsys.readouterr().err
