@@ -28,12 +28,20 @@ class Readout:
 
 def readout_for(drafter: DFlashDrafter, target, prompt_ids: list[int]) -> Readout | None:
     """None (read out all V) when the drafter has no draft vocabulary."""
-    if drafter.draft_vocab is None:
+    ids = readout_ids(drafter, prompt_ids)
+    if ids is None:
         return None
     head = target.get_output_embeddings().weight
-    ids = torch.cat([drafter.draft_vocab.to(head.device), torch.tensor(prompt_ids, device=head.device)]).unique()
-    rows = head.detach()[ids]
-    return Readout(ids, rows, pack_weight(rows))
+    rows = head.detach()[ids.to(head.device)]
+    return Readout(ids.to(head.device), rows, pack_weight(rows))
+
+
+def readout_ids(drafter: DFlashDrafter, prompt_ids) -> torch.Tensor | None:
+    """[Vr] sorted token ids a request drafts from (the draft vocabulary plus the prompt's tokens); None: all V.
+    Training's `--draft-readout` normalises q over the same ids."""
+    if drafter.draft_vocab is None:
+        return None
+    return torch.cat([drafter.draft_vocab, torch.as_tensor(prompt_ids, dtype=torch.long).cpu()]).unique()
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ def tiny_drafter(target):
     return d
 
 
-@pytest.mark.parametrize("distill", [0.0, 0.5])
-def test_loss_falls_and_checkpoint_round_trips(tmp_path, distill):
+@pytest.mark.parametrize("distill, readout", [(0.0, None), (0.5, None), (0.0, range(3, 30)), (0.5, range(3, 30))])
+def test_loss_falls_and_checkpoint_round_trips(tmp_path, distill, readout):
     target = tiny_target(vocab=64)
     drafter = tiny_drafter(target)
     rng = np.random.default_rng(0)
@@ -66,7 +66,8 @@ def test_loss_falls_and_checkpoint_round_trips(tmp_path, distill):
     for step in range(80):
         opt.zero_grad()
         batch = make_blocks(seqs[step % 4], 4, 63, 8, 4.0, rng)
-        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False, distill=distill)
+        rows = None if readout is None else torch.tensor(list(readout))
+        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False, distill=distill, readout=rows)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -80,6 +81,45 @@ def test_loss_falls_and_checkpoint_round_trips(tmp_path, distill):
     p0, q0 = opt.param_groups[0]["params"][0], opt2.param_groups[0]["params"][0]
     assert torch.equal(opt.state[p0]["exp_avg"], opt2.state[q0]["exp_avg"])
     assert not list(tmp_path.glob(".*tmp"))                                    # nothing half-written left
+
+
+def test_draft_readout_loss_is_cross_entropy_over_the_readout_columns():
+    """--draft-readout: q normalised over the readout ids (as when drafting), labels outside them left out; over the
+    whole vocabulary it is the plain loss."""
+    import torch.nn.functional as F
+
+    from core.drafter import readout_ids
+
+    target = tiny_target(vocab=64)
+    drafter = tiny_drafter(target)
+    drafter.set_draft_vocab(list(range(20, 40)))
+    seq = Sequence("r", np.concatenate([[5, 6, 7], np.arange(18, 58)]), prompt_len=3)
+    ids = readout_ids(drafter, seq.ids[: seq.prompt_len])
+    assert ids.tolist() == [5, 6, 7] + list(range(20, 40))              # the prompt's tokens join the readout
+    batch = make_blocks(seq, 4, 63, 16, 4.0, np.random.default_rng(0), tokens_per_anchor=2)
+    loss, correct, count = weighted_loss(drafter, target, batch, autocast=False, readout=ids)
+    full, _, full_count = weighted_loss(drafter, target, batch, autocast=False)
+    assert torch.allclose(weighted_loss(drafter, target, batch, autocast=False, readout=torch.arange(64))[0], full)
+    with torch.no_grad():                                                 # by hand: the block states, the columns
+        feats = extract(target, batch.ids, drafter)
+        noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight)
+        hidden = drafter(feats, noise, batch.positions[None], attention_mask=batch.mask)
+        hidden = hidden.view(*batch.labels.shape[:1], 4, -1)[:, 1:]
+        log_q = F.log_softmax(drafter.logits(hidden, target.get_output_embeddings())[..., ids], -1)
+    inside = torch.isin(batch.labels, ids)
+    assert 0 < inside.sum() < (batch.labels >= 0).sum()                  # some labels fall outside the readout
+    column = {int(t): i for i, t in enumerate(ids)}
+    ce = torch.stack([-log_q[n, k, column[int(batch.labels[n, k])]] for n, k in inside.nonzero().tolist()])
+    w = batch.weights[None].expand_as(batch.labels)[inside]
+    assert torch.allclose(loss, (ce * w).sum() / w.sum(), atol=1e-5)
+    assert torch.equal(count, inside.sum(0)) and (count <= full_count).all()
+
+
+def extract(target, ids, drafter):
+    from core.dflash import extract_features
+
+    out = target(input_ids=ids[None], output_hidden_states=True)
+    return extract_features(out.hidden_states, drafter.target_layer_ids)
 
 
 def test_soft_labels_are_the_targets_prediction_of_each_block_label():
@@ -260,7 +300,7 @@ def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, dee
     main(["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--export", str(tmp_path / "export"),
           "--init", str(tmp_path / "init"), "--steps", "2", "--accum", "1", "--eval-every", "0",
           "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16", "--deepen", str(deepen),
-          "--export-final", str(tmp_path / "final")])
+          "--export-final", str(tmp_path / "final")] + ["--draft-readout"] * bool(deepen))
     state = json.loads((tmp_path / "out" / "state.json").read_text())
     assert state["step"] == 2 and state["draft_vocab"] == list(range(2, 600))
     final = json.loads((tmp_path / "final" / "training_state.json").read_text())    # whatever its tau

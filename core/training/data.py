@@ -51,10 +51,11 @@ def _rows(folder: str | Path, pattern: str):
     archive row the reply alone (prompt length 0)."""
     for f in sorted(Path(folder).glob(pattern)):
         d = np.load(f, allow_pickle=False)
+        ids, keys = d["ids"], d["keys"].tolist()      # each d[...] decompresses the whole array: read it once
         starts = np.concatenate([[0], np.cumsum(d["lengths"])])
-        prompt_lens = d["prompt_lengths"] if "prompt_lengths" in d.files else np.zeros(len(d["keys"]), np.int64)
-        for i, key in enumerate(d["keys"].tolist()):
-            yield key, d["ids"][starts[i]: starts[i + 1]].astype(np.int64), int(prompt_lens[i])
+        prompt_lens = d["prompt_lengths"] if "prompt_lengths" in d.files else np.zeros(len(keys), np.int64)
+        for i, key in enumerate(keys):
+            yield key, ids[starts[i]: starts[i + 1]].astype(np.int64), int(prompt_lens[i])
 
 
 def _from_replies(rows, tokenizer, min_reply: int) -> list[Sequence]:

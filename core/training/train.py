@@ -25,35 +25,48 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from core.dflash import DFlashDrafter, deepen, drafter_config_for, extract_features, init_weights
+from core.drafter import readout_ids
 from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out
 
 
-def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0):
+def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, readout: torch.Tensor | None = None):
     """Weighted loss over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count).
 
     Per position: cross-entropy on the reply token x_{a+k}, or with `distill` > 0 the mix
     (1 - distill) * CE + distill * KL(p || q), where p is the target's own next-token distribution at a+k given
-    the true prefix (its soft label; free, the target's forward runs anyway)."""
+    the true prefix (its soft label; free, the target's forward runs anyway). `readout`: [Vr] token ids q is
+    normalised over, as when drafting (`core.drafter.readout_ids`); labels outside it carry no loss, p is
+    renormalised over it. None: all V."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=0 if distill else 1)
         features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
     noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
+    head = target.get_output_embeddings()
+    labels = batch.labels                                                                       # [N, B-1] token ids
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         hidden = drafter(features, noise, batch.positions[None], attention_mask=batch.mask)     # [1, N*B, H]
-        n, b1 = batch.labels.shape
+        n, b1 = labels.shape
         hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
-        logits = drafter.logits(hidden, target.get_output_embeddings())                         # [N, B-1, V]
-    valid = batch.labels >= 0
+        if readout is None:
+            logits = drafter.logits(hidden, head)                                               # [N, B-1, V]
+        else:
+            logits = drafter.logits_from_rows(hidden, head.weight[readout])                     # [N, B-1, Vr]
+    if readout is not None:      # token ids -> readout columns; a label outside the readout carries no loss
+        column = torch.full((head.weight.shape[0],), -100, dtype=torch.long)
+        column[readout] = torch.arange(len(readout))
+        labels = torch.where(labels >= 0, column[labels.clamp(min=0)], labels)
+    valid = labels >= 0
     log_q = F.log_softmax(logits.float(), -1)                                                   # [N, B-1, V]
-    per_pos = -log_q.gather(-1, batch.labels.clamp(min=0)[..., None])[..., 0]                   # [N, B-1] CE
+    per_pos = -log_q.gather(-1, labels.clamp(min=0)[..., None])[..., 0]                         # [N, B-1] CE
     if distill:
-        log_p = soft_labels(out.logits[0], batch.anchors, b1)                                  # [N, B-1, V]
+        p_logits = out.logits[0] if readout is None else out.logits[0][:, readout]              # [T, V or Vr]
+        log_p = soft_labels(p_logits, batch.anchors, b1)                                       # [N, B-1, V]
         kl = (log_p.exp() * (log_p - log_q)).sum(-1)                                           # [N, B-1]
         per_pos = (1 - distill) * per_pos + distill * kl
     w = batch.weights[None].expand(n, b1) * valid
     loss = (per_pos * w).sum() / w.sum().clamp(min=1e-6)
-    correct = ((logits.argmax(-1) == batch.labels) & valid).sum(0)
+    correct = ((logits.argmax(-1) == labels) & valid).sum(0)
     return loss, correct, valid.sum(0)
 
 
@@ -153,7 +166,7 @@ def train(args) -> None:
         state["draft_vocab"] = drafter.draft_vocab.tolist()
     prompts = training_prompts(args.seed)
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
-    if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume; not in the loss
+    if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
         seqs = [s for s in load_sequences(args.data, tokenizer=tok) if s.key in allowed]
         stops = tuple(ModelPair("train", target, tok, None, target.dtype, target.device).stop_ids)
         vocab = target.get_output_embeddings().weight.shape[0]
@@ -189,7 +202,8 @@ def train(args) -> None:
             for seq in seqs[i: i + args.accum]:
                 batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
                                     args.tokens_per_anchor)
-                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill)
+                readout = readout_ids(drafter, seq.ids[: seq.prompt_len]) if args.draft_readout else None
+                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill, readout)
                 (loss / args.accum).backward()
                 total += loss.item() / args.accum
                 acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
@@ -255,6 +269,10 @@ def main(argv=None) -> None:
     ap.add_argument("--draft-vocab", type=int, default=16384,
                     help="the exported drafter drafts from the N most frequent training tokens plus each prompt's "
                          "(draft_vocab.json; 0 = the whole vocabulary); chosen at the first start, kept on resume")
+    ap.add_argument("--draft-readout", action=argparse.BooleanOptionalAction, default=False,
+                    help="normalise q over the rows it drafts from (the draft vocabulary plus the sequence's prompt "
+                         "tokens), as at inference; labels outside them carry no loss. About a third of the LM "
+                         "head's cost with the default 16,384-token draft vocabulary")
     ap.add_argument("--distill", type=float, default=0.0,
                     help="share of KL to the target's soft labels in the loss (0: the paper's cross-entropy)")
     ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
