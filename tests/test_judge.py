@@ -64,3 +64,17 @@ def test_command_refuses_what_it_cannot_judge(args, message, capsys):
     with pytest.raises(SystemExit):
         main(["--drafters", "a"] + args, pair=tiny_pair(), drafters={"a": None})
     assert message in capsys.readouterr().err
+
+
+def test_trainer_held_out_tau_on_fixed_replies_equals_the_real_decode_in_fp32():
+    """`--eval judge` (the default) replays every checkpoint on replies fixed at the start; in fp32 the loop emits
+    those replies, so its τ is the real decode's, and a later checkpoint is judged on the same tokens."""
+    from core.training.train import evaluate_tau, fixed_references
+
+    pair = tiny_pair()
+    prompts = [[3, 4, 5, 6], [9, 8, 7, 6, 5, 11], [0, 5, 6, 7]]
+    references = fixed_references(pair.target, pair.tokenizer, prompts, 24)
+    assert [r[1] for r in references] == [reference_reply(pair, p, 24) for p in prompts]
+    decoded = evaluate_tau(pair.drafter, pair.target, pair.tokenizer, prompts, 24)
+    judged = evaluate_tau(pair.drafter, pair.target, pair.tokenizer, prompts, 24, references)
+    assert judged == decoded and judged["ddtree"] > 1.0

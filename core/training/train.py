@@ -6,9 +6,9 @@ Frozen target, embedding and LM head; random anchors over reply tokens, redrawn 
 [x_a, MASK...] that see the context strictly before their anchor and their own block bidirectionally, never other
 blocks; cross-entropy weighted exp(-(k-1)/gamma); AdamW with warm-up, cosine decay and gradient clipping; bf16
 autocast on CPU. Checkpoints (safetensors + JSON, atomic) every few minutes; rerunning resumes. Every
-`--eval-every` minutes tau is measured with the real decode loop on held-out prompts, and the best drafter so far
-is exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
-`generate_data` is still running.
+`--eval-every` minutes tau is measured on held-out prompts (replayed on fixed greedy replies, `core.judge`, or with
+the real decode loop), and the best drafter so far is exported (z-lab format, bf16). New data shards are picked up
+at each epoch, so training can start while `generate_data` is still running.
 """
 from __future__ import annotations
 
@@ -116,10 +116,14 @@ def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
     return state
 
 
-def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> dict:
-    """tau of chain and DDTree (budget 64) with the real decode loop, greedy, on held-out prompts."""
+def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_tokens: int,
+                 references: list[tuple] | None = None) -> dict:
+    """tau of chain and DDTree (budget 64), greedy, on held-out prompts: with `references` (`fixed_references`)
+    replayed on those fixed replies (`core.judge`: every checkpoint judged on the same tokens), else decoded for
+    real, where a near-tie tipped in bf16 moves a reply and its tau by whole tokens."""
     from core.config import DecodeConfig
     from core.engine import run
+    from core.judge import replay
     from core.models import ModelPair
     from core.records import summarize
 
@@ -130,8 +134,26 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
     result = {}
     for method in ("chain", "ddtree"):
         cfg = DecodeConfig(method=method, budget=64, max_new_tokens=max_new_tokens)
-        result[method] = round(summarize([run(pair, p, cfg) for p in prompts]).tau, 3)
+        if references is None:
+            result[method] = round(summarize([run(pair, p, cfg) for p in prompts]).tau, 3)
+        else:
+            per_prompt = [replay(pair, p, reply, cfg, states) for p, reply, states in references]
+            result[method] = round(float(np.mean([np.mean(c) if c else 1.0 for c in per_prompt])), 3)
     return result
+
+
+def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[tuple]:
+    """(prompt, the target's greedy reply, its hidden states over both) per held-out prompt: made once per run,
+    so `evaluate_tau` replays every checkpoint on the same replies."""
+    from core.judge import reference_reply, reference_states
+    from core.models import ModelPair
+
+    pair = ModelPair("eval", target, tokenizer, None, target.dtype, target.device)
+    refs = []
+    for p in prompts:
+        reply = reference_reply(pair, p, max_new_tokens)
+        refs.append((p, reply, reference_states(pair, p, reply)))
+    return refs
 
 
 def train(args) -> None:
@@ -177,8 +199,9 @@ def train(args) -> None:
           f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
     held = [p for p in prompts if is_held_out(p.key)][: args.eval_prompts]
     eval_prompts = [encode_chat(tok, p.text) for p in held]
+    references = fixed_references(target, tok, eval_prompts, args.eval_tokens) if args.eval == "judge" else None
     if fresh and args.init:     # the starting point's tau: an export must beat it
-        tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens)
+        tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens, references)
         state["best_tau"] = tau["ddtree"]
         state["history"].append({"step": 0, "tau": tau, "init": str(args.init), "time": round(time.time())})
         print(f"start ({args.init}): tau {tau}")
@@ -217,7 +240,7 @@ def train(args) -> None:
                             epoch=state["epoch"])
             now = time.time()
             if now - last_eval > args.eval_every * 60 or state["step"] >= args.steps:
-                tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens)
+                tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens, references)
                 state["history"].append({"step": state["step"], "loss": round(total, 4), "tau": tau,
                                          "acc": [round(a, 3) for a in acc], "time": round(now)})
                 tqdm.write(f"step {state['step']}: tau {tau}  loss {total:.3f}")
@@ -289,6 +312,10 @@ def main(argv=None) -> None:
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CPU AMX)")
     ap.add_argument("--ckpt-every", type=float, default=5.0, help="minutes between checkpoints")
     ap.add_argument("--eval-every", type=float, default=20.0, help="minutes between tau evaluations")
+    ap.add_argument("--eval", choices=("judge", "decode"), default="judge",
+                    help="held-out tau by replaying the target's greedy reply to each prompt, fixed once per run "
+                         "(judge: every checkpoint on the same tokens, no verification forwards), or by decoding "
+                         "for real (decode: a tipped near-tie in bf16 moves a reply and its tau)")
     ap.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts for tau")
     ap.add_argument("--eval-tokens", type=int, default=128, help="new tokens per held-out prompt")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
