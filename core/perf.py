@@ -6,6 +6,7 @@
     python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
     python -m core.perf app-overhead     # a run streamed through the app's handler against the bare loop
     python -m core.perf memory           # RSS over a long run and over repeated runs, against the records' size
+    python -m core.perf train-step       # one training sequence's loss + backward, full readout against --draft-readout
 
 Medians over repeats; the machine is shared and noisy, so read the ratios.
 """
@@ -219,10 +220,40 @@ def memory(budget: int, new_tokens: int, repeats: int) -> None:
           + ", ".join(f"{x:.0f}" for x in after))
 
 
+def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_anchor: int) -> None:
+    """Seconds of loss + backward per training sequence of the shipped drafter on the shipped replies, the softmax
+    over all V against `--draft-readout`'s rows, alternating on the same sequences and blocks."""
+    from core.drafter import readout_ids
+    from core.models import load_drafter, load_target
+    from core.training.data import load_sequences, make_blocks
+    from core.training.train import weighted_loss
+
+    target, tok = load_target("embedded:smollm2-135m-instruct", dtype=dtype)
+    drafter = load_drafter("assets/drafters/smollm2-135m-dflash-b16", target, dtype="fp32").requires_grad_(True)
+    seqs = load_sequences("assets/training_data", tokenizer=tok)
+    rng = np.random.default_rng(0)
+    picked = [seqs[i] for i in rng.choice(len(seqs), prompts, replace=False)]
+    times = {"full": [], "draft": []}
+    for rep in range(repeats + 1):
+        for seq in picked:
+            batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, anchors, 5.0, rng, tokens_per_anchor)
+            for name, readout in (("full", None), ("draft", readout_ids(drafter, seq.ids[: seq.prompt_len]))):
+                t0 = time.perf_counter()
+                weighted_loss(drafter, target, batch, dtype == "bf16", readout=readout)[0].backward()
+                if rep:   # the first round warms up
+                    times[name].append(time.perf_counter() - t0)
+                drafter.zero_grad(set_to_none=True)
+    ratios = [d / f for f, d in zip(times["full"], times["draft"])]
+    print(f"{prompts} sequences (median {int(np.median([len(s.ids) for s in picked]))} tokens), {repeats} repeats\n"
+          f"| full readout | {statistics.median(times['full']):.2f} s/sequence |\n"
+          f"| --draft-readout | {statistics.median(times['draft']):.2f} s/sequence |\n"
+          f"| ratio (median of pairs) | {statistics.median(ratios):.3f} |")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
-                                     "memory"])
+                                     "memory", "train-step"])
     ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
@@ -232,6 +263,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="64,256", help="tree-cost: DDTree budgets")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--drafter", default=None, help="tree-cost: drafter folder or 'random' (default: the shipped one)")
+    ap.add_argument("--anchors", type=int, default=96, help="train-step: max anchors a sequence")
+    ap.add_argument("--tokens-per-anchor", type=int, default=4, help="train-step: one anchor per this many tokens")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
@@ -245,6 +278,8 @@ def main(argv=None) -> None:
         forward_ab([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype)
     elif args.what == "memory":
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
+    elif args.what == "train-step":
+        train_step(args.dtype, args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
     elif args.what == "app-overhead":
         app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:
