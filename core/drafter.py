@@ -32,8 +32,9 @@ def readout_for(drafter: DFlashDrafter, target, prompt_ids: list[int]) -> Readou
     if ids is None:
         return None
     head = target.get_output_embeddings().weight
-    rows = head.detach()[ids.to(head.device)]
-    return Readout(ids.to(head.device), rows, pack_weight(rows))
+    ids = ids.to(head.device)
+    rows = head.detach()[ids]
+    return Readout(ids, rows, pack_weight(rows))
 
 
 def readout_ids(drafter: DFlashDrafter, prompt_ids) -> torch.Tensor | None:
