@@ -43,6 +43,11 @@ def reference_states(pair, prompt_ids: list[int], reference: list[int]) -> tuple
     return forward(pair.target, ids, new_cache(pair.target), output_hidden_states=True, logits_to_keep=1).hidden_states
 
 
+def prompt_tau(committed: list[int]) -> float:
+    """A prompt's τ from `replay`: mean tokens committed a step (a reply with no step counts as 1, as the loop's)."""
+    return statistics.mean(committed) if committed else 1.0
+
+
 @torch.inference_mode()
 def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
            states: tuple[torch.Tensor, ...] | None = None) -> list[int]:
@@ -131,7 +136,7 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
                     steps = replay(judged, prompt_ids, reference, cfg, states)
                     rows.append({"dataset": dataset, "prompt": index, "drafter": name, "method": method,
                                  "budget": budget or None, "tokens": len(reference), "steps": len(steps),
-                                 "tau": statistics.mean(steps) if steps else 1.0, "committed": steps})
+                                 "tau": prompt_tau(steps), "committed": steps})
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         with open(Path(args.out) / "rows.jsonl", "w") as f:

@@ -123,7 +123,7 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
     real, where a near-tie tipped in bf16 moves a reply and its tau by whole tokens."""
     from core.config import DecodeConfig
     from core.engine import run
-    from core.judge import replay
+    from core.judge import prompt_tau, replay
     from core.models import ModelPair
     from core.records import summarize
 
@@ -137,8 +137,8 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
         if references is None:
             result[method] = round(summarize([run(pair, p, cfg) for p in prompts]).tau, 3)
         else:
-            per_prompt = [replay(pair, p, reply, cfg, states) for p, reply, states in references]
-            result[method] = round(float(np.mean([np.mean(c) if c else 1.0 for c in per_prompt])), 3)
+            taus = [prompt_tau(replay(pair, p, reply, cfg, states)) for p, reply, states in references]
+            result[method] = round(float(np.mean(taus)), 3)
     return result
 
 
