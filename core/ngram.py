@@ -196,10 +196,10 @@ def main(argv=None) -> None:
     b.add_argument("--vocab", type=int, default=49152)
     args = ap.parse_args(argv)
     from core.training.data import load_replies
-    from core.training.prompts import is_held_out, training_prompts
+    from core.training.prompts import is_held_out, prompt_key, training_prompts
 
     allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}   # never an evaluation prompt's reply
-    seqs = [r for key, r in load_replies(args.data).items() if key in allowed]
+    seqs = [r for key, r in load_replies(args.data).items() if prompt_key(key) in allowed]
     table = NgramTable.build(seqs, args.order, args.vocab)
     table.save(args.out)
     print(f"{sum(len(s) for s in seqs)} tokens from {len(seqs)} replies -> {args.out} "

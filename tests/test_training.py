@@ -253,6 +253,43 @@ def test_replies_archive_round_trips_without_prompt_text(tmp_path):
     assert done_keys(archive) == {p.key for p in prompts}                       # generation resumes past them
 
 
+def test_a_later_round_answers_every_training_prompt_again():
+    from core.training.generate_data import pending_prompts
+    from core.training.prompts import is_held_out, prompt_key, round_key, training_prompts
+
+    train = [p.key for p in training_prompts() if not is_held_out(p.key)]
+    assert round_key(train[0], 1) == train[0] and prompt_key(round_key(train[0], 2)) == train[0]
+    assert all(is_held_out(round_key(p.key, 3)) == is_held_out(p.key) for p in training_prompts()[:200])
+    assert [p.key for p in pending_prompts(set())] == train
+    assert pending_prompts(set(train)) == []                                    # round 1 done
+    assert [p.key for p in pending_prompts(set(train), round_=2)] == train       # round 2 starts over
+    done = set(train) | {round_key(k, 2) for k in train[:3]}
+    assert [p.key for p in pending_prompts(done, round_=2, limit=5)] == train[3:5]   # 5 in round 2 in all
+
+
+def test_replies_of_two_rounds_rebuild_the_same_prompt_and_both_train(tmp_path):
+    from core.models import load_tokenizer
+    from core.training.data import export_replies, load_sequences
+    from core.training.generate_data import done_keys
+    from core.training.prompts import Prompt, round_key, training_prompts
+
+    tok = load_tokenizer()
+    prompts = training_prompts()[:2]
+    again = [Prompt(round_key(p.key, 2), p.text) for p in prompts]
+    shards, archive = tmp_path / "shards", tmp_path / "archive"
+    shards.mkdir(), archive.mkdir()
+    _write_shard(tok, shards, prompts + again, lambda i: [100 + i, 200 + i, 2])
+    assert export_replies(shards, archive / "replies-x.npz") == 4
+    seqs = {s.key: s for s in load_sequences(archive, min_reply=1, tokenizer=tok)}
+    assert set(seqs) == {p.key for p in prompts + again}
+    for p, q in zip(prompts, again):
+        first, second = seqs[p.key], seqs[q.key]
+        assert first.prompt_len == second.prompt_len
+        assert np.array_equal(first.ids[: first.prompt_len], second.ids[: second.prompt_len])
+        assert not np.array_equal(first.ids[first.prompt_len:], second.ids[second.prompt_len:])
+    assert done_keys(archive) == set(seqs)
+
+
 def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
     """The documented resume (archive copied into the data folder, more shards generated, exported again) keeps
     every reply: the archive's and the new shards'."""

@@ -60,13 +60,13 @@ def _rows(folder: str | Path, pattern: str):
 
 def _from_replies(rows, tokenizer, min_reply: int) -> list[Sequence]:
     from core.models import encode_chat
-    from core.training.prompts import training_prompts
+    from core.training.prompts import prompt_key, training_prompts
 
     text = {p.key: p.text for p in training_prompts()}
     out = []
     for key, reply, _ in rows:
-        if key in text and len(reply) >= min_reply:
-            prompt = np.asarray(encode_chat(tokenizer, text[key]), dtype=np.int64)
+        if prompt_key(key) in text and len(reply) >= min_reply:
+            prompt = np.asarray(encode_chat(tokenizer, text[prompt_key(key)]), dtype=np.int64)
             out.append(Sequence(key, np.concatenate([prompt, reply]), len(prompt)))
     return out
 

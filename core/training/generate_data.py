@@ -8,6 +8,10 @@ replies decode together and a finished one's slot takes the next prompt at once 
 Output is sharded and resumable: each shard is an .npz of token ids (uint16 when the vocabulary fits) with the
 prompt key, the prompt length and whether the reply was sampled. Interrupt at any time; rerunning skips every
 prompt already in a shard.
+
+Every training prompt has one reply per round. `--round 2` (3, ...) answers them all again, every reply sampled at
+temperature 0.8 with the round's own seed, under keys `<prompt key>#r<round>`: more data from the same prompts,
+once round 1 has answered every one of them.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from core.training.prompts import is_held_out, training_prompts
+from core.training.prompts import is_held_out, round_key, training_prompts
 
 
 def done_keys(out: Path) -> set[str]:
@@ -47,20 +51,27 @@ def write_shard(out: Path, index: int, rows: list[dict], vocab: int) -> None:
     os.replace(tmp, out / f"shard-{index:05d}.npz")  # atomic: a shard is whole or absent
 
 
+def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int = 0) -> list:
+    """The training prompts (held-out ones never) still without a reply in round `round_`; with `limit`, only as
+    many as bring that round to `limit` replies."""
+    candidates = [p for p in training_prompts(seed) if not is_held_out(p.key)]
+    pending = [p for p in candidates if round_key(p.key, round_) not in done]
+    return pending[: max(0, limit - (len(candidates) - len(pending)))] if limit else pending
+
+
 @torch.inference_mode()
 def generate(args) -> None:
     from core.models import encode_chat, load_target
 
-    torch.manual_seed(args.seed)
+    seed = args.seed + args.round - 1         # round 1 keeps the seed its replies were made with
+    torch.manual_seed(seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target, tok = load_target(dtype=args.dtype)
     tok.padding_side = "left"
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    done = done_keys(out)
-    prompts = [p for p in training_prompts(args.seed) if p.key not in done and not is_held_out(p.key)]
-    if args.limit:
-        prompts = prompts[: max(0, args.limit - len(done))]
+    prompts = pending_prompts(done_keys(out), args.round, args.seed, args.limit)
+    key = lambda p: round_key(p.key, args.round)      # noqa: E731
     shard = 1 + max((int(f.stem.split("-")[1]) for f in out.glob("shard-*.npz")), default=-1)
     bar = tqdm(total=len(prompts), desc="prompts", unit="prompt", dynamic_ncols=True)
     made, t0 = 0, time.time()
@@ -68,13 +79,13 @@ def generate(args) -> None:
         from core.training.batching import continuous_generate
 
         encoded = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in prompts]
-        sampled = lambda i: i % args.sample_every == args.sample_every - 1     # noqa: E731
+        sampled = lambda i: args.round > 1 or i % args.sample_every == args.sample_every - 1     # noqa: E731
         rows = []
         try:
             for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
                                                 {tok.eos_token_id}, sampled, generator=torch.Generator().manual_seed(
-                                                    args.seed)):
-                rows.append({"key": prompts[i].key, "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
+                                                    seed)):
+                rows.append({"key": key(prompts[i]), "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
                              "sampled": sampled(i)})
                 made += len(reply)
                 bar.update(1)
@@ -94,7 +105,8 @@ def generate(args) -> None:
         chunk.sort(key=lambda p: (p.key.split(":")[0], len(p.text)))  # similar replies batch with less waste
         for i in range(0, len(chunk), args.batch_size):
             batch = chunk[i: i + args.batch_size]
-            sampled = (b // args.batch_size + i // args.batch_size) % args.sample_every == args.sample_every - 1
+            sampled = args.round > 1 or ((b // args.batch_size + i // args.batch_size) % args.sample_every
+                                         == args.sample_every - 1)
             enc = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in batch]
             width = max(map(len, enc))
             input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
@@ -104,7 +116,7 @@ def generate(args) -> None:
                                   pad_token_id=pad)
             for p, e, g in zip(batch, enc, gen[:, width:].tolist()):
                 reply = g[: g.index(tok.eos_token_id) + 1] if tok.eos_token_id in g else g
-                rows.append({"key": p.key, "ids": e + reply, "prompt_len": len(e), "sampled": sampled})
+                rows.append({"key": key(p), "ids": e + reply, "prompt_len": len(e), "sampled": sampled})
                 made += len(reply)
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
@@ -126,6 +138,9 @@ def main() -> None:
     ap.add_argument("--sample-every", type=int, default=5,
                     help="every n-th prompt (batch with --engine generate) is sampled (T=0.8), the rest greedy")
     ap.add_argument("--limit", type=int, default=0, help="stop after this many prompts in total (0 = all)")
+    ap.add_argument("--round", type=int, default=1,
+                    help="1: one reply per prompt as --sample-every says; 2, 3, ...: another reply to every prompt, "
+                         "all sampled (keys '<prompt key>#r<round>')")
     ap.add_argument("--dtype", default="bf16", help="bf16 (fast on AMX CPUs) or fp32")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
@@ -137,6 +152,8 @@ def main() -> None:
 
         print(f"{export_replies(args.out, args.export_replies)} replies -> {args.export_replies}")
         return
+    if args.round < 1:
+        ap.error(f"--round counts from 1 (got {args.round})")
     if args.threads:
         torch.set_num_threads(args.threads)
     generate(args)

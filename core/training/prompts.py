@@ -122,6 +122,18 @@ def _bare(text: str) -> str:
     return text.split(MATH_SUFFIX)[0].strip()
 
 
+def round_key(key: str, round_: int) -> str:
+    """The key of a prompt's reply in generation round `round_`: round 1 keeps the prompt's own key, later rounds
+    (another, sampled reply to the same prompt) append `#r<round>`."""
+    return key if round_ <= 1 else f"{key}#r{round_}"
+
+
+def prompt_key(key: str) -> str:
+    """The prompt a reply key answers, whatever its round."""
+    return key.split("#r")[0]
+
+
 def is_held_out(key: str, every: int = 50) -> bool:
-    """A fixed 2% of training-source prompts kept out of training, for measuring tau during training."""
-    return zlib.crc32(key.encode()) % every == 0
+    """A fixed 2% of training-source prompts kept out of training, for measuring tau during training (every round
+    of a held-out prompt is held out with it)."""
+    return zlib.crc32(prompt_key(key).encode()) % every == 0

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from core.dflash import DFlashDrafter, deepen, drafter_config_for, extract_features, init_weights
 from core.drafter import readout_ids
 from core.training.data import draft_vocab, load_sequences, make_blocks
-from core.training.prompts import is_held_out
+from core.training.prompts import is_held_out, prompt_key
 
 
 def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, readout: torch.Tensor | None = None):
@@ -189,7 +189,7 @@ def train(args) -> None:
     prompts = training_prompts(args.seed)
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
-        seqs = [s for s in load_sequences(args.data, tokenizer=tok) if s.key in allowed]
+        seqs = [s for s in load_sequences(args.data, tokenizer=tok) if prompt_key(s.key) in allowed]
         stops = tuple(ModelPair("train", target, tok, None, target.dtype, target.device).stop_ids)
         vocab = target.get_output_embeddings().weight.shape[0]
         state["draft_vocab"] = draft_vocab(seqs, args.draft_vocab, vocab, stops) if args.draft_vocab else None
@@ -211,7 +211,7 @@ def train(args) -> None:
     acc_n = torch.zeros(drafter.block_size - 1)
     while state["step"] < args.steps:
         seqs = [s for s in load_sequences(args.data, tokenizer=tok)
-                if len(s.ids) <= args.max_len and s.key in allowed]
+                if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed]
         if len(seqs) < args.accum:
             raise SystemExit(f"--data {args.data}: {len(seqs)} usable replies (training prompts, at most --max-len "
                              f"{args.max_len} tokens), fewer than --accum {args.accum}; generate data first")
