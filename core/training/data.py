@@ -65,8 +65,9 @@ def _from_replies(rows, tokenizer, min_reply: int) -> list[Sequence]:
     text = {p.key: p.text for p in training_prompts()}
     out = []
     for key, reply, _ in rows:
-        if prompt_key(key) in text and len(reply) >= min_reply:
-            prompt = np.asarray(encode_chat(tokenizer, text[prompt_key(key)]), dtype=np.int64)
+        prompt_text = text.get(prompt_key(key))        # a later round's reply answers its round-1 prompt
+        if prompt_text is not None and len(reply) >= min_reply:
+            prompt = np.asarray(encode_chat(tokenizer, prompt_text), dtype=np.int64)
             out.append(Sequence(key, np.concatenate([prompt, reply]), len(prompt)))
     return out
 
