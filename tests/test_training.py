@@ -356,6 +356,52 @@ def test_training_continues_from_a_trained_drafter(tmp_path, patched_target, dee
         assert exported["tau_heldout"]["ddtree"] > start["tau"]["ddtree"]
 
 
+@pytest.mark.parametrize("scale", [0.0, 0.5])
+def test_init_lr_scale_slows_or_freezes_the_trained_layers_and_resumes(tmp_path, patched_target, scale):
+    """--init-lr-scale: the layers --deepen added train at --lr, the --init drafter's own parameters at that share
+    of it (0: frozen, no AdamW state); a run with two lr groups resumes from its checkpoint."""
+    from safetensors.torch import load_file
+
+    from core.dflash import random_drafter_for
+    from core.training.prompts import is_held_out, training_prompts
+    from core.training.train import main
+
+    target, tok = patched_target
+    init = random_drafter_for(target, seed=3, n_layers=1, n_taps=2, block_size=4, mask_token_id=16)
+    init.save(tmp_path / "init")
+    rng = np.random.default_rng(0)
+    (tmp_path / "data").mkdir()
+    _write_shard(tok, tmp_path / "data", [p for p in training_prompts() if not is_held_out(p.key)][:3],
+                 lambda i: rng.integers(3, 600, 40).tolist() + [2])
+    args = ["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--init", str(tmp_path / "init"),
+            "--deepen", "2", "--init-lr-scale", str(scale), "--accum", "1", "--eval-every", "1000",
+            "--eval-prompts", "1", "--eval-tokens", "4", "--no-bf16", "--lr", "1e-2"]
+    main(args + ["--steps", "2"])
+    first = load_file(str(tmp_path / "out" / "ckpt.safetensors"))
+    main(args + ["--steps", "3"])                                       # resumes: the groups' AdamW state loads
+    ckpt = load_file(str(tmp_path / "out" / "ckpt.safetensors"))
+    from core.models import load_drafter
+
+    old = {k: v for k, v in load_drafter(tmp_path / "init", target, dtype="fp32").named_parameters()}
+    moved = {k for k, v in old.items() if not torch.equal(ckpt[f"model.{k}"], v)}
+    assert moved == set() if scale == 0 else moved
+    new = "model.layers.1.self_attn.o_proj.weight"
+    assert not torch.equal(ckpt[new], first[new])
+    n_new = sum(1 for k in ckpt if k.startswith("model.layers.1."))
+    assert sum(1 for k in ckpt if k.endswith(".exp_avg")) == (n_new if scale == 0 else n_new + len(old))
+
+
+def test_init_lr_scale_needs_deepen_and_a_share(tmp_path, capsys):
+    from core.training.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--init", str(tmp_path), "--init-lr-scale", "0.1"])
+    assert "--init-lr-scale sets the lr of the layers --deepen did not add" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--init", str(tmp_path), "--deepen", "6", "--init-lr-scale", "2"])
+    assert "--init-lr-scale is a share of --lr, between 0 and 1 (got 2.0)" in capsys.readouterr().err
+
+
 def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_target, monkeypatch):
     """An interrupted run resumes where its epoch stopped: every reply once per epoch, none twice, in the same order
     as one uninterrupted run."""

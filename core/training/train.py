@@ -83,6 +83,24 @@ def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, total - w))))
 
 
+def param_groups(drafter, init_lr_scale: float, n_init: int | None) -> list[dict]:
+    """AdamW groups: the layers appended by --deepen at the full lr, the parameters the --init drafter brought at
+    `init_lr_scale` of it, so new capacity can learn fast without undoing what the trained layers know; at scale 0
+    those are frozen (no gradient, no AdamW state, and backward stops at the first new layer)."""
+    if n_init is None or n_init == len(drafter.layers) or init_lr_scale == 1.0:
+        return [{"params": [p for p in drafter.parameters() if p.requires_grad], "lr_scale": 1.0}]
+    new_prefixes = tuple(f"layers.{i}." for i in range(n_init, len(drafter.layers)))
+    new, old = [], []
+    for name, p in drafter.named_parameters():
+        if p.requires_grad:
+            (new if name.startswith(new_prefixes) else old).append(p)
+    if init_lr_scale == 0.0:
+        for p in old:
+            p.requires_grad_(False)
+        return [{"params": new, "lr_scale": 1.0}]
+    return [{"params": old, "lr_scale": init_lr_scale}, {"params": new, "lr_scale": 1.0}]
+
+
 def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
     """Drafter + AdamW moments as safetensors, counters as JSON; written to temp files, then renamed."""
     from safetensors.torch import save_file
@@ -90,7 +108,7 @@ def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in drafter.state_dict().items()
                if not k.startswith("rotary_emb")}
-    for i, p in enumerate(opt.param_groups[0]["params"]):
+    for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
         st = opt.state.get(p)
         if st:
             tensors[f"opt.{i}.exp_avg"], tensors[f"opt.{i}.exp_avg_sq"] = st["exp_avg"], st["exp_avg_sq"]
@@ -109,8 +127,11 @@ def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
     tensors = load_file(str(folder / "ckpt.safetensors"))
     state = json.loads((folder / "state.json").read_text())
     drafter.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=False)
-    for i, p in enumerate(opt.param_groups[0]["params"]):
+    for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
         if f"opt.{i}.exp_avg" in tensors:
+            if tensors[f"opt.{i}.exp_avg"].shape != p.shape:
+                raise SystemExit(f"{folder}: its optimizer state does not fit these parameters; resume with the "
+                                 f"flags it started with (--deepen, --init-lr-scale)")
             opt.state[p] = {"exp_avg": tensors[f"opt.{i}.exp_avg"], "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"],
                             "step": torch.tensor(state["opt_steps"][str(i)])}
     return state
@@ -169,6 +190,7 @@ def train(args) -> None:
         from core.models import load_drafter
 
         drafter = load_drafter(args.init, target, dtype="fp32")
+        n_init = len(drafter.layers)
         if args.deepen:
             try:
                 drafter = deepen(drafter, args.deepen)
@@ -178,9 +200,11 @@ def train(args) -> None:
     else:
         drafter = DFlashDrafter.from_config_dict(cfg)
         init_weights(drafter, seed=args.seed)
+        n_init = None
     drafter.train()
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    groups = param_groups(drafter, args.init_lr_scale, n_init)
+    params = [p for g in groups for p in g["params"]]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     state = load_checkpoint(out, drafter, opt)
     fresh = state is None
     state = state or {"step": 0, "epoch": 0, "best_tau": 0.0, "history": []}
@@ -219,7 +243,7 @@ def train(args) -> None:
         rng.shuffle(seqs)
         for i in range(state.get("offset", 0), len(seqs) - args.accum + 1, args.accum):
             for g in opt.param_groups:
-                g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup)
+                g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup) * g["lr_scale"]
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for seq in seqs[i: i + args.accum]:
@@ -285,6 +309,10 @@ def main(argv=None) -> None:
     ap.add_argument("--deepen", type=int, default=0,
                     help="with --init: append layers up to this many, copies of its last layer with zeroed output "
                          "projections, so training starts from the trained drafter's exact predictions")
+    ap.add_argument("--init-lr-scale", type=float, default=1.0,
+                    help="with --deepen: the --init drafter's own parameters train at this share of --lr, the "
+                         "appended layers at --lr (0 freezes the former: a step only backpropagates through the new "
+                         "layers)")
     ap.add_argument("--taps", type=int, default=5, help="target layers fused into the context features")
     ap.add_argument("--block-size", type=int, default=16, help="block size B (B-1 drafted positions)")
     ap.add_argument("--mask-token", default="<empty_output>", help="existing special token used as MASK")
@@ -331,6 +359,11 @@ def main(argv=None) -> None:
         ap.error(f"--deepen is the drafter's new layer count (got {args.deepen})")
     if args.deepen and not args.init:
         ap.error("--deepen grows a trained drafter: give it with --init (a new drafter takes --layers)")
+    if not 0.0 <= args.init_lr_scale <= 1.0:
+        ap.error(f"--init-lr-scale is a share of --lr, between 0 and 1 (got {args.init_lr_scale})")
+    if args.init_lr_scale != 1.0 and not args.deepen:
+        ap.error("--init-lr-scale sets the lr of the layers --deepen did not add: give --deepen (to train a drafter "
+                 "more slowly, lower --lr)")
     if args.threads:
         torch.set_num_threads(args.threads)
     train(args)
