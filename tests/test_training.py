@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from core.dflash import DFlashDrafter, drafter_config_for, init_weights
+from core.config import DecodeConfig
 from core.training.data import Sequence, make_blocks
 from core.training.train import load_checkpoint, lr_at, save_checkpoint, soft_labels, weighted_loss
 from tests.conftest import tiny_target
@@ -42,6 +43,33 @@ def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
     assert torch.allclose(b.weights, torch.exp(-torch.arange(3.0) / 4.0))
 
 
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch):
+    """Training and inference see the same thing: block i's logits in the trainer's packed forward equal the loop's
+    draft from anchor a_i (context features before a_i, fed chunk by chunk into the drafter's cache as the loop
+    does, bonus token x_a at position a). The context mask, positions and embeddings all enter this."""
+    from core.dflash import DraftKV, extract_features
+    from core.drafter import draft_block
+    from core.training.train import block_logits
+    from tests.conftest import tiny_pair
+
+    pair = tiny_pair(arch, vocab=96, block_size=8)
+    drafter, target = pair.drafter, pair.target
+    ids = np.random.default_rng(1).integers(2, 90, 40)
+    batch = make_blocks(Sequence("x", ids, prompt_len=6), 8, 95, 6, 4.0, np.random.default_rng(0), 1)
+    logits, _ = block_logits(drafter, target, batch, autocast=False)                     # [N, 7, V]
+    with torch.no_grad():
+        states = target(torch.as_tensor(ids)[None], output_hidden_states=True).hidden_states
+    features = extract_features(states, drafter.target_layer_ids)[0]                   # [T, n_taps*H]
+    kv, fed = DraftKV(len(drafter.layers)), 0
+    for i, a in enumerate(batch.anchors.tolist()):
+        draft = draft_block(drafter, target, features[fed:a], int(ids[a]), a, kv, 7, 96)
+        fed = a
+        logq = torch.empty(7, 96)
+        logq.scatter_(1, torch.as_tensor(draft.tokens), torch.as_tensor(draft.logq))
+        assert torch.allclose(logq, torch.log_softmax(logits[i].float(), -1), atol=1e-4), (i, a)
+
 def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
     seq = Sequence("x", np.arange(2, 142), prompt_len=10)                     # 129 anchor candidates
     n = [len(make_blocks(seq, 4, 1, cap, 4.0, np.random.default_rng(0), per).anchors)
@@ -49,8 +77,9 @@ def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
     assert n == [129 // 8, 129 // 4, 48]
 
 
-def tiny_drafter(target):
-    d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=4))
+def tiny_drafter(target, block_size=4, **kw):
+    d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=block_size,
+                                                          **kw))
     init_weights(d, seed=0)
     return d
 
@@ -437,3 +466,33 @@ def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_t
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="0 usable replies"):
         run("none", 1, data="empty")
+
+
+def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():
+    """What the trainer fits is what the loop accepts: fitted to the target's greedy replies, a drafter that
+    accepted about nothing gets nearly whole blocks of them accepted by the real decode loop (τ near B = 8), and the
+    output stays the target's."""
+    from core.engine import output_ids, run
+    from core.judge import reference_reply
+    from core.models import ModelPair
+    from core.records import summarize
+    from core.training.train import evaluate_tau
+    from tests.conftest import tiny_pair
+
+    pair = tiny_pair(vocab=96, block_size=8)
+    prompts = [[3, 4, 5, 6], [9, 8, 7, 6, 5, 11], [20, 5, 6, 7, 40]]
+    replies = [reference_reply(pair, p, 40) for p in prompts]
+    seqs = [Sequence(str(i), np.asarray(p + r), prompt_len=len(p)) for i, (p, r) in enumerate(zip(prompts, replies))]
+    drafter = tiny_drafter(pair.target, block_size=8, mask_token_id=95)
+    before = evaluate_tau(drafter, pair.target, pair.tokenizer, prompts, 40)
+    rng = np.random.default_rng(0)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    for step in range(240):
+        opt.zero_grad()
+        batch = make_blocks(seqs[step % 3], 8, 95, 48, 4.0, rng, tokens_per_anchor=1)
+        weighted_loss(drafter, pair.target, batch, autocast=False)[0].backward()
+        opt.step()
+    fitted = ModelPair("fitted", pair.target, pair.tokenizer, drafter.eval(), torch.float32, pair.device)
+    results = [run(fitted, p, DecodeConfig(method="chain", max_new_tokens=40)) for p in prompts]
+    assert [output_ids(r) for r in results] == replies                        # lossless in fp32
+    assert before["chain"] < 1.5 and summarize(results).tau > 4.0

@@ -30,6 +30,26 @@ from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out, prompt_key
 
 
+def block_logits(drafter, target, batch, autocast: bool, distill: bool = False,
+                 readout: torch.Tensor | None = None):
+    """The drafter's logits at every drafted block position [N, B-1, V or Vr], exactly what `draft_block` gives
+    for that anchor at inference (a test checks it), and the target's output (its logits at every position when
+    `distill`)."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=0 if distill else 1)
+        features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
+    noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
+    noise = noise * drafter.input_embedding_scale
+    head = target.get_output_embeddings()
+    n, b1 = batch.labels.shape
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        hidden = drafter(features, noise, batch.positions[None], attention_mask=batch.mask)     # [1, N*B, H]
+        hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
+        if readout is None:
+            return drafter.logits(hidden, head), out                                            # [N, B-1, V]
+        return drafter.logits_from_rows(hidden, head.weight[readout]), out                      # [N, B-1, Vr]
+
+
 def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, readout: torch.Tensor | None = None):
     """Weighted loss over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count).
 
@@ -38,20 +58,10 @@ def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, 
     the true prefix (its soft label; free, the target's forward runs anyway). `readout`: [Vr] token ids q is
     normalised over, as when drafting (`core.drafter.readout_ids`); labels outside it carry no loss, p is
     renormalised over it. None: all V."""
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=0 if distill else 1)
-        features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
-    noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
+    logits, out = block_logits(drafter, target, batch, autocast, bool(distill), readout)       # [N, B-1, V]
     head = target.get_output_embeddings()
     labels = batch.labels                                                                       # [N, B-1] token ids
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        hidden = drafter(features, noise, batch.positions[None], attention_mask=batch.mask)     # [1, N*B, H]
-        n, b1 = labels.shape
-        hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
-        if readout is None:
-            logits = drafter.logits(hidden, head)                                               # [N, B-1, V]
-        else:
-            logits = drafter.logits_from_rows(hidden, head.weight[readout])                     # [N, B-1, Vr]
+    n, b1 = labels.shape
     if readout is not None:      # token ids -> readout columns; a label outside the readout carries no loss
         column = torch.full((head.weight.shape[0],), -100, dtype=torch.long)
         column[readout] = torch.arange(len(readout))
