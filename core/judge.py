@@ -85,6 +85,23 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
     return committed
 
 
+def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Adds and checks the options that choose the prompts and the target's greedy replies to them (shared with
+    `core.diagnose`)."""
+    ap.add_argument("--datasets", default="gsm8k",
+                    help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
+    ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--dtype", default="bf16")
+    args = ap.parse_args(argv)
+    if "mt-bench" in args.datasets.split(","):
+        ap.error("mt-bench has two turns; use its first turns with --datasets mt-bench-first")
+    if args.max_new_tokens < 1 or args.n < 1:
+        ap.error("--n and --max-new-tokens must be at least 1")
+    return args
+
+
 def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
     from core.benchmark import conversations
@@ -93,20 +110,10 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafters", required=True,
                     help="comma-separated drafter folders or hub ids; the first is the one the others are compared to")
-    ap.add_argument("--datasets", default="gsm8k",
-                    help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
-    ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--methods", default="chain,ddtree", help="comma-separated: chain, ddtree, presto, presto-beam")
     ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--pair", default="smollm2-135m")
-    ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default=None, help="folder for rows.jsonl (references and per-step acceptance)")
-    args = ap.parse_args(argv)
-    if "mt-bench" in args.datasets.split(","):
-        ap.error("mt-bench has two turns; judge its first turns with --datasets mt-bench-first")
-    if args.max_new_tokens < 1 or args.n < 1:
-        ap.error("--n and --max-new-tokens must be at least 1")
+    args = parse_reference_args(ap, argv)
     methods, judged_methods = args.methods.split(","), [m for m in METHODS if m != "ar" and m not in AUTO_METHODS]
     for m in methods:
         if m not in judged_methods:

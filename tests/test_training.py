@@ -477,22 +477,15 @@ def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():
     from core.models import ModelPair
     from core.records import summarize
     from core.training.train import evaluate_tau
-    from tests.conftest import tiny_pair
+    from tests.conftest import fitted_drafter, tiny_pair
 
     pair = tiny_pair(vocab=96, block_size=8)
     prompts = [[3, 4, 5, 6], [9, 8, 7, 6, 5, 11], [20, 5, 6, 7, 40]]
     replies = [reference_reply(pair, p, 40) for p in prompts]
-    seqs = [Sequence(str(i), np.asarray(p + r), prompt_len=len(p)) for i, (p, r) in enumerate(zip(prompts, replies))]
-    drafter = tiny_drafter(pair.target, block_size=8, mask_token_id=95)
-    before = evaluate_tau(drafter, pair.target, pair.tokenizer, prompts, 40)
-    rng = np.random.default_rng(0)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
-    for step in range(240):
-        opt.zero_grad()
-        batch = make_blocks(seqs[step % 3], 8, 95, 48, 4.0, rng, tokens_per_anchor=1)
-        weighted_loss(drafter, pair.target, batch, autocast=False)[0].backward()
-        opt.step()
-    fitted = ModelPair("fitted", pair.target, pair.tokenizer, drafter.eval(), torch.float32, pair.device)
+    before = evaluate_tau(tiny_drafter(pair.target, block_size=8, mask_token_id=95), pair.target, pair.tokenizer,
+                          prompts, 40)
+    fitted = ModelPair("fitted", pair.target, pair.tokenizer, fitted_drafter(pair, prompts, replies), torch.float32,
+                       pair.device)
     results = [run(fitted, p, DecodeConfig(method="chain", max_new_tokens=40)) for p in prompts]
     assert [output_ids(r) for r in results] == replies                        # lossless in fp32
     assert before["chain"] < 1.5 and summarize(results).tau > 4.0
