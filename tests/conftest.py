@@ -55,20 +55,16 @@ def tiny_pair(arch="llama", seed=0, vocab=96, drafter_layers=1, block_size=8, **
     return ModelPair(f"tiny-{arch}", target, IdTokenizer(), drafter, torch.float32, torch.device("cpu"))
 
 
-
 def fitted_drafter(pair: ModelPair, prompts: list[list[int]], replies: list[list[int]], steps: int = 240):
     """A fresh drafter for `pair.target` fitted with the trainer's loss to these replies (seconds): one that
     drafts them well, where a random drafter drafts nothing."""
     import numpy as np
 
-    from core.dflash import DFlashDrafter, drafter_config_for, init_weights
     from core.training.data import Sequence, make_blocks
     from core.training.train import weighted_loss
 
     b, mask = pair.drafter.block_size, pair.drafter.mask_token_id
-    drafter = DFlashDrafter.from_config_dict(drafter_config_for(pair.target.config, n_layers=1, n_taps=2,
-                                                                block_size=b, mask_token_id=mask))
-    init_weights(drafter, seed=0)
+    drafter = random_drafter_for(pair.target, seed=0, n_layers=1, n_taps=2, block_size=b, mask_token_id=mask)
     seqs = [Sequence(str(i), np.asarray(p + r), prompt_len=len(p)) for i, (p, r) in enumerate(zip(prompts, replies))]
     rng, opt = np.random.default_rng(0), torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     for step in range(steps):
@@ -77,6 +73,7 @@ def fitted_drafter(pair: ModelPair, prompts: list[list[int]], replies: list[list
         weighted_loss(drafter, pair.target, batch, autocast=False)[0].backward()
         opt.step()
     return drafter.eval().requires_grad_(False)
+
 
 @pytest.fixture
 def pair():

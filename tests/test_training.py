@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.dflash import DFlashDrafter, drafter_config_for, init_weights
 from core.config import DecodeConfig
+from core.dflash import DFlashDrafter, drafter_config_for, init_weights
 from core.training.data import Sequence, make_blocks
 from core.training.train import load_checkpoint, lr_at, save_checkpoint, soft_labels, weighted_loss
 from tests.conftest import tiny_target
@@ -43,7 +43,6 @@ def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
     assert torch.allclose(b.weights, torch.exp(-torch.arange(3.0) / 4.0))
 
 
-
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch):
     """Training and inference see the same thing: block i's logits in the trainer's packed forward equal the loop's
@@ -70,6 +69,7 @@ def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch
         logq.scatter_(1, torch.as_tensor(draft.tokens), torch.as_tensor(draft.logq))
         assert torch.allclose(logq, torch.log_softmax(logits[i].float(), -1), atol=1e-4), (i, a)
 
+
 def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
     seq = Sequence("x", np.arange(2, 142), prompt_len=10)                     # 129 anchor candidates
     n = [len(make_blocks(seq, 4, 1, cap, 4.0, np.random.default_rng(0), per).anchors)
@@ -77,9 +77,8 @@ def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():
     assert n == [129 // 8, 129 // 4, 48]
 
 
-def tiny_drafter(target, block_size=4, **kw):
-    d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=block_size,
-                                                          **kw))
+def tiny_drafter(target):
+    d = DFlashDrafter.from_config_dict(drafter_config_for(target.config, n_layers=1, n_taps=2, block_size=4))
     init_weights(d, seed=0)
     return d
 
@@ -482,8 +481,7 @@ def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():
     pair = tiny_pair(vocab=96, block_size=8)
     prompts = [[3, 4, 5, 6], [9, 8, 7, 6, 5, 11], [20, 5, 6, 7, 40]]
     replies = [reference_reply(pair, p, 40) for p in prompts]
-    before = evaluate_tau(tiny_drafter(pair.target, block_size=8, mask_token_id=95), pair.target, pair.tokenizer,
-                          prompts, 40)
+    before = evaluate_tau(pair.drafter, pair.target, pair.tokenizer, prompts, 40)         # random
     fitted = ModelPair("fitted", pair.target, pair.tokenizer, fitted_drafter(pair, prompts, replies), torch.float32,
                        pair.device)
     results = [run(fitted, p, DecodeConfig(method="chain", max_new_tokens=40)) for p in prompts]

@@ -30,13 +30,14 @@ from core.training.data import draft_vocab, load_sequences, make_blocks
 from core.training.prompts import is_held_out, prompt_key
 
 
-def block_logits(drafter, target, batch, autocast: bool, distill: bool = False,
+def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool = False,
                  readout: torch.Tensor | None = None):
     """The drafter's logits at every drafted block position [N, B-1, V or Vr], exactly what `draft_block` gives
-    for that anchor at inference (a test checks it), and the target's output (its logits at every position when
-    `distill`)."""
+    for that anchor at inference (a test checks it), and the target's output (its logits at every position with
+    `all_target_logits`, as distillation needs; else the last one's)."""
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = target(input_ids=batch.ids[None], output_hidden_states=True, logits_to_keep=0 if distill else 1)
+        out = target(input_ids=batch.ids[None], output_hidden_states=True,
+                     logits_to_keep=0 if all_target_logits else 1)
         features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
     noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
     noise = noise * drafter.input_embedding_scale
