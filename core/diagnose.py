@@ -95,7 +95,8 @@ def report(stats: dict) -> str:
         offs = " | ".join(share(stats["offset"][f"{j:+d}"][d], n) for j in OFFSETS)
         lines.append(f"| {d + 1} | {n} | {share(stats['right'][d], n)} | {share(stats['chain'][d], n)} | {offs} |")
     total = sum(b[0] for b in stats["buckets"])
-    lines += ["", "| target's p of the token depth 1 must draft | share of anchors | depth 1 right |", "|---|---:|---:|"]
+    lines += ["", "| target's p of the token depth 1 must draft | share of anchors | depth 1 right |",
+              "|---|---:|---:|"]
     for (lo, hi), (n, right) in zip(zip(CONFIDENCE_EDGES, CONFIDENCE_EDGES[1:]), stats["buckets"]):
         lines.append(f"| [{lo:.2f}, {hi:.2f}{']' if hi == 1.0 else ')'} | {share(n, total)} | {share(right, n)} |")
     return "\n".join(lines)
@@ -103,9 +104,8 @@ def report(stats: dict) -> str:
 
 def main(argv=None, pair=None) -> dict:
     """`pair` stands in for loading, as in tests."""
-    from core.benchmark import conversations
-    from core.judge import parse_reference_args, reference_reply
-    from core.models import encode_messages, load_drafter, load_pair
+    from core.judge import parse_reference_args, reference_replies
+    from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafter", default=None, help="drafter folder or hub id (default: the pair's own)")
@@ -125,9 +125,7 @@ def main(argv=None, pair=None) -> dict:
     results = {}
     for dataset in args.datasets.split(","):
         parts = []
-        for turns in conversations(dataset, args.n):
-            prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
-            reference = reference_reply(pair, prompt_ids, args.max_new_tokens)
+        for prompt_ids, reference in reference_replies(pair, dataset, args.n, args.max_new_tokens):
             if len(reference) > 1:
                 parts.append(summarize(*anchor_drafts(pair, prompt_ids, reference, args.depth), reference))
         if not parts:

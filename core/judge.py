@@ -32,6 +32,17 @@ def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[in
     return output_ids(run(pair, prompt_ids, DecodeConfig(method="ar", max_new_tokens=max_new_tokens)))
 
 
+def reference_replies(pair, dataset: str, n: int, max_new_tokens: int):
+    """(prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's message,
+    and the target's greedy reply to it (shared with `core.diagnose`)."""
+    from core.benchmark import conversations
+    from core.models import encode_messages
+
+    for turns in conversations(dataset, n):
+        prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
+        yield prompt_ids, reference_reply(pair, prompt_ids, max_new_tokens)
+
+
 @torch.inference_mode()
 def reference_states(pair, prompt_ids: list[int], reference: list[int]) -> tuple[torch.Tensor, ...]:
     """The target's hidden states over prompt + reference (its last token is never context): one forward, shared
@@ -104,8 +115,7 @@ def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespac
 
 def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
-    from core.benchmark import conversations
-    from core.models import encode_messages, load_drafter, load_pair
+    from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafters", required=True,
@@ -132,9 +142,8 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
 
     rows = []
     for dataset in args.datasets.split(","):
-        for index, turns in enumerate(conversations(dataset, args.n)):
-            prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
-            reference = reference_reply(pair, prompt_ids, args.max_new_tokens)
+        replies = reference_replies(pair, dataset, args.n, args.max_new_tokens)
+        for index, (prompt_ids, reference) in enumerate(replies):
             states = reference_states(pair, prompt_ids, reference)
             for name, drafter in drafters.items():
                 judged = replace(pair, drafter=drafter)
