@@ -6,7 +6,8 @@ candidate budget at once. With C(b) the sum of q over the first b nodes (the exp
 Proposition 1), the rule is
     b* = argmax_b  (1 + alpha * C(b)) / (overhead + s * verify(b + 1))
 where verify(n) is the target's measured forward latency for n tree tokens (`core.costs`, cached per model, device
-and dtype), alpha calibrates the drafter's q against the acceptance actually realised, s rescales the cached curve
+and dtype; before it is measured, an estimated line whose intercept and slope are then fitted to the steps' own
+verification times), alpha calibrates the drafter's q against the acceptance actually realised, s rescales the cached curve
 to the latency seen now, and overhead is the measured draft + tree + accept time. All three are updated online from
 each step's record, with exponential forgetting.
 """
@@ -43,13 +44,40 @@ def choose_budget(node_q: np.ndarray, verify_ms: np.ndarray, overhead_ms: float,
     return int(np.argmax(rate))
 
 
+class LineFit:
+    """verify ms = a + b * n fitted online (least squares, exponential forgetting) to (tree tokens, ms) pairs,
+    regularised by two fixed pseudo-observations of a prior line, so that steps that all verify one size still
+    give a line (their level, the prior's slope)."""
+
+    def __init__(self, prior: np.ndarray, prior_weight: float = 0.05):
+        self.prior, self.w0 = prior, prior_weight      # prior: [cap + 1] ms for 1..cap + 1 tree tokens
+        self.stats = np.zeros(5)                       # decayed sums of w, w n, w t, w n^2, w n t
+        self.shift = 1.0                               # the prior rescaled to the first observation's level
+
+    def add(self, n: int, ms: float) -> None:
+        if not self.stats[0]:
+            self.shift = ms / float(self.prior[min(n, len(self.prior)) - 1])
+        self.stats = DECAY * self.stats + np.array([1.0, n, ms, n * n, n * ms])
+
+    def __call__(self) -> np.ndarray:
+        ends = np.array([1.0, float(len(self.prior))])
+        w, sn, st, snn, snt = self.stats + self.w0 * np.array(
+            [2.0, ends.sum(), self.shift * (self.prior[0] + self.prior[-1]), (ends ** 2).sum(),
+             self.shift * (self.prior[0] + ends[1] * self.prior[-1])])
+        slope = max(0.0, (w * snt - sn * st) / (w * snn - sn * sn))
+        n = np.arange(1, len(self.prior) + 1, dtype=np.float64)
+        return np.maximum(st / w + slope * (n - sn / w), 1e-3)
+
+
 class AdaptiveBudget:
     """A builder wrapper: build the nested tree at the cap, keep the best prefix. `observe(record)` is called by
-    the engine after each step and updates the calibration; `choices` lists the budget chosen at every step."""
+    the engine after each step and updates the calibration; `choices` lists the budget chosen at every step.
+    With `measured=False` the curve is only an estimate, and a line fitted to the steps' own costs replaces it."""
 
-    def __init__(self, base, cost_curve: dict[int, float], cap: int):
+    def __init__(self, base, cost_curve: dict[int, float], cap: int, measured: bool = True):
         self.base, self.cap = base, cap
         self.verify_ms = interpolate_cost(cost_curve, np.arange(1, cap + 2))    # [cap + 1] for b = 0..cap
+        self.fit = None if measured else LineFit(self.verify_ms)
         self.realised = self.expected = 1.0     # alpha = realised / expected accepted drafts (prior: alpha = 1)
         self.seen_ms = self.predicted_ms = 1.0  # s = measured / cached verification latency
         self.overhead_ms = 0.1 * float(self.verify_ms[0])
@@ -70,7 +98,8 @@ class AdaptiveBudget:
         grow = min(self.cap, max(32, 2 * max(recent))) if recent else self.cap
         tree = self.base(draft, min(budget, grow), bonus, history)
         node_q = np.exp(np.asarray(tree.prefix_logq[1:], dtype=np.float64))
-        verify = self.scale * self.verify_ms[: tree.size + 1]
+        curve = self.fit() if self.fit is not None and self.fit.stats[0] else self.scale * self.verify_ms
+        verify = curve[: tree.size + 1]
         b = choose_budget(node_q, verify, self.overhead_ms, self.alpha)
         self.choices.append(b)
         return truncate(tree, b)
@@ -80,6 +109,8 @@ class AdaptiveBudget:
         n = record.tree.size
         self.realised = DECAY * self.realised + record.accepted_drafts
         self.expected = DECAY * self.expected + record.expected_accepted
+        if "verify" in s and self.fit is not None:
+            self.fit.add(n + 1, 1000 * s["verify"])
         if "verify" in s:
             self.seen_ms = DECAY * self.seen_ms + 1000 * s["verify"]
             self.predicted_ms = DECAY * self.predicted_ms + float(self.verify_ms[min(n, self.cap)])

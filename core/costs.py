@@ -1,9 +1,13 @@
-"""The target's verification-cost curve: forward latency against tree size, measured once per model, device and
-dtype and cached on disk (JSON, atomic). The app's speed-up estimate and the adaptive budget read it."""
+"""The target's verification-cost curve: forward latency against tree size, measured once per model, device, CPU
+model and dtype and cached on disk (JSON, atomic). The app's speed-up estimate and the adaptive budget read it.
+
+No run waits for it: the app measures it in the background at start, and until a measured curve is cached the
+adaptive budget starts from `estimated_curve` and fits the real costs from its own steps."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -13,6 +17,7 @@ import torch
 
 from core.builders import build_ddtree
 from core.fast_forward import covered, forward
+from core.hardware import NATIVE_BF16_FLAGS, cpu_info
 from core.kv_cache import crop_to, new_cache
 from core.limits import context_window
 from core.tree import DraftTree
@@ -24,7 +29,10 @@ SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 def cost_key(target) -> str:
     cfg = getattr(target.config, "text_config", target.config)
     name = Path(str(getattr(target.config, "_name_or_path", "") or cfg.model_type)).name
-    return (f"{name}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-{target.device.type}-"
+    device = target.device.type
+    if device == "cpu":          # CPUs differ between machines that share a cache folder (a Space, a home dir)
+        device += "-" + re.sub(r"[^A-Za-z0-9]+", "_", cpu_info()[0]).strip("_")[:48]
+    return (f"{name}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-{device}-"
             f"{str(target.dtype).removeprefix('torch.')}{'-fast' if covered(target) else ''}")
 
 
@@ -37,14 +45,17 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
 
 
 @torch.inference_mode()
-def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5) -> dict[int, float]:
-    """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context."""
+def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress=None) -> dict[int, float]:
+    """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context.
+    `progress(done, total)` is called after each size (the app shows it; a caller may also pause there)."""
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
     forward(target, torch.randint(0, vocab, (1, past_len), device=target.device), cache)
     out = {}
-    for n in sizes:
+    for done, n in enumerate(sizes):
+        if progress is not None:
+            progress(done, len(sizes))
         inputs = tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device)
         times = []
         for _ in range(repeats + 1):
@@ -57,6 +68,8 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5) -> dict[
             times.append(time.perf_counter() - t0)
             crop_to(cache, past_len)
         out[n] = statistics.median(times[1:]) * 1000
+    if progress is not None:
+        progress(len(sizes), len(sizes))
     return out
 
 
@@ -74,23 +87,57 @@ def monotone(curve: dict[int, float]) -> dict[int, float]:
     return dict(zip(sorted(curve), fitted))
 
 
-def cost_curve(target, folder: Path | None = None) -> dict[int, float]:
-    """The cached curve for this target, device and dtype, made monotone; measured (seconds) when absent."""
+def _path(target, folder: Path | None) -> Path:
     from core.models import cache_dir
 
-    path = (folder or cache_dir() / "costs") / f"{cost_key(target)}.json"
+    return (folder or cache_dir() / "costs") / f"{cost_key(target)}.json"
+
+
+def cached_curve(target, folder: Path | None = None) -> dict[int, float] | None:
+    """The measured curve for this target, device, CPU and dtype, made monotone; None when not measured yet."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_path(target, folder).read_text())
         if data.get("key") == cost_key(target):
             return monotone({int(k): float(v) for k, v in data["ms"].items()})
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    curve = measure(target)
+    return None
+
+
+def cost_curve(target, folder: Path | None = None, **measure_kw) -> dict[int, float]:
+    """The cached curve, measured (seconds) and cached first when absent."""
+    curve = cached_curve(target, folder)
+    if curve is not None:
+        return curve
+    curve = measure(target, **measure_kw)
+    path = _path(target, folder)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"key": cost_key(target), "ms": curve}))
         os.replace(tmp, path)
     except OSError:
         pass   # an unwritable cache only costs a re-measurement next time
     return monotone(curve)
+
+
+# Marginal cost of one more tree token, as a share of a one-token forward, by how the device computes the dtype.
+# Measured on the embedded 135M target (BENCHMARKS.md, "Verification cost by dtype"): fp32 on AVX2 ~0.08,
+# emulated bf16 ~0.5, native bf16 (AMX) ~0.01; a GPU forward is flat over tree sizes that matter here.
+SLOPE = {"cuda": 0.002, "native-bf16": 0.01, "fp32": 0.08, "emulated-bf16": 0.5}
+
+
+def estimated_curve(target, one_token_ms: float = 30.0) -> dict[int, float]:
+    """A linear stand-in for the curve before it is measured: t(n) = t(1) * (1 + slope * (n - 1)). Only its shape
+    matters: the adaptive budget rescales it and then fits the real costs from the steps it runs."""
+    slope = SLOPE[cost_class(target)]
+    return {n: one_token_ms * (1 + slope * (n - 1)) for n in SIZES}
+
+
+def cost_class(target) -> str:
+    if target.device.type == "cuda":
+        return "cuda"
+    if target.dtype == torch.float32:
+        return "fp32"
+    native = any(f in cpu_info()[1] for f in NATIVE_BF16_FLAGS)
+    return "native-bf16" if native else "emulated-bf16"

@@ -123,12 +123,14 @@ def draft_sizes(pair, cfg: DecodeConfig) -> tuple[int, int]:
 
 def default_builder(cfg: DecodeConfig, pair):
     """The tree builder `cfg.method` decodes with (`ar`: the root only)."""
-    if cfg.method in AUTO_METHODS:
+    if cfg.method in AUTO_METHODS:      # never waits for a measurement: a cached curve, else an estimate it fits
         from core.adaptive import AdaptiveBudget
-        from core.costs import cost_curve
+        from core.costs import cached_curve, estimated_curve
 
         base = default_builder(replace(cfg, method=AUTO_METHODS[cfg.method]), pair)
-        return AdaptiveBudget(base, cost_curve(pair.target), cap=cfg.budget)
+        curve = cached_curve(pair.target)
+        measured = curve is not None
+        return AdaptiveBudget(base, curve if measured else estimated_curve(pair.target), cfg.budget, measured)
     if cfg.method in BUILDERS:
         fn = BUILDERS[cfg.method]
         return lambda draft, budget, bonus, history: fn(draft.logq, draft.tokens, budget, bonus)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from core.config import MODEL_PAIRS, PairSpec
+from core.hardware import auto_dtype
 
 EMBEDDED_TARGET = "embedded:smollm2-135m-instruct"
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -69,13 +70,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DRAFT_TREE_CACHE", Path.home() / ".cache" / "draft-tree-studio"))
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "auto") -> torch.dtype:
+    """A dtype by name; "auto" is the fastest exact one for the device (`core.hardware.auto_dtype`)."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return auto_dtype(resolve_device(str(device)).type).dtype
     table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
              "fp16": torch.float16, "float16": torch.float16}
     if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}: use one of bf16, fp32, fp16")
+        raise ValueError(f"unknown dtype {dtype!r}: use one of auto, bf16, fp32, fp16")
     return table[dtype]
 
 
@@ -152,13 +156,13 @@ def load_tokenizer(target: str = EMBEDDED_TARGET):
     return AutoTokenizer.from_pretrained(_target_source(target))
 
 
-def load_target(target: str = EMBEDDED_TARGET, dtype: str | torch.dtype = "bf16", device: str = "auto",
+def load_target(target: str = EMBEDDED_TARGET, dtype: str | torch.dtype = "auto", device: str = "auto",
                 device_map: str | None = None):
     """A Hugging Face causal LM (eval mode, SDPA attention) and its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = _target_source(target)
-    dtype = resolve_dtype(dtype)
+    dtype = resolve_dtype(dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         kwargs = {"dtype": dtype, "attn_implementation": "sdpa"}
@@ -173,7 +177,7 @@ def load_target(target: str = EMBEDDED_TARGET, dtype: str | torch.dtype = "bf16"
     return model, tokenizer
 
 
-def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch.dtype = "bf16"):
+def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch.dtype | None = None):
     """A DFlash drafter from a local folder or hub id (config.json + *.safetensors), checked against the target."""
     from core.dflash import DFlashDrafter
 
@@ -195,7 +199,8 @@ def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch
                              f"unexpected {unexpected[:4]}")
     drafter.set_draft_vocab(_read_draft_vocab(folder, source, target))
     device = next(target.parameters()).device
-    return drafter.to(device=device, dtype=resolve_dtype(dtype)).eval().requires_grad_(False)
+    dtype = resolve_dtype(dtype, device) if dtype is not None else target.dtype      # default: the target's
+    return drafter.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
 def _read_draft_vocab(folder: Path, source, target) -> list[int] | None:
@@ -263,7 +268,7 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_pair(name: str = "smollm2-135m", dtype: str | torch.dtype = "bf16", device: str = "auto",
+def load_pair(name: str = "smollm2-135m", dtype: str | torch.dtype = "auto", device: str = "auto",
               with_drafter: bool = True) -> ModelPair:
     """Load a registered target+drafter pair by name (see `core.config.MODEL_PAIRS`)."""
     if name not in MODEL_PAIRS:
@@ -275,9 +280,10 @@ def load_pair(name: str = "smollm2-135m", dtype: str | torch.dtype = "bf16", dev
     return pair
 
 
-def load_custom_pair(target: str, drafter: str | None, dtype: str | torch.dtype = "bf16", device: str = "auto",
+def load_custom_pair(target: str, drafter: str | None, dtype: str | torch.dtype = "auto", device: str = "auto",
                      device_map: str | None = None, name: str | None = None) -> ModelPair:
     """Any causal-LM id or folder as target, any DFlash folder or id as drafter (None: plain decoding only)."""
+    dtype = resolve_dtype(dtype, device)
     model, tokenizer = load_target(target, dtype, device, device_map)
     q = None
     if drafter == "random":

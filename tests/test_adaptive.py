@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from core import costs
-from core.adaptive import AdaptiveBudget, choose_budget, interpolate_cost
+from core.adaptive import AdaptiveBudget, LineFit, choose_budget, interpolate_cost
 from core.config import DecodeConfig
 from core.engine import output_ids, run
+from core.hardware import NATIVE_BF16_FLAGS, cpu_info
 from tests.conftest import tiny_pair
 from tests.test_lossless import hf_greedy, informed_builder
 
@@ -78,16 +79,38 @@ def test_auto_budget_is_lossless_and_records_its_choices(arch, seed):
 
 
 @pytest.mark.parametrize("method", ["ddtree-auto", "presto-auto"])
-def test_auto_methods_run_through_the_engine(method, tmp_path, monkeypatch):
+def test_auto_methods_run_through_the_engine_without_measuring(method, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path))
+    monkeypatch.setattr(costs, "measure", lambda *a, **k: pytest.fail("a run must not wait for the cost curve"))
     pair = tiny_pair("llama", 1)
     prompt = [0, 5, 9, 13, 22, 31]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # presto: no n-gram table for the tiny vocabulary
         records = run(pair, prompt, DecodeConfig(method=method, budget=32, max_new_tokens=24))
     assert output_ids(records) == hf_greedy(pair, prompt, 24)
-    assert list((tmp_path / "costs").glob("*.json"))          # the measured curve was cached
     assert all(0 <= r.budget_used <= 32 for r in records[1:])
+
+
+def test_line_fit_learns_the_real_costs_from_steps():
+    prior = np.asarray([30.0 * (1 + 0.5 * (n - 1)) for n in range(1, 66)])    # an estimate 6x too steep
+    fit = LineFit(prior)
+    rng = np.random.default_rng(0)
+    for n in rng.integers(1, 40, size=40):
+        fit.add(int(n), 50.0 + 2.0 * n)                                      # the truth: 50 + 2 n ms
+    got = fit()
+    assert abs(got[0] - 52.0) < 4 and abs(got[63] - 178.0) < 12             # n = 1 and n = 64
+    one = LineFit(prior)
+    for _ in range(30):
+        one.add(9, 70.0)                                                     # every step verifies 9 tokens
+    assert abs(one()[8] - 70.0) < 3 and np.all(np.diff(one()) >= 0)         # its level, the prior's slope
+
+
+def test_estimated_curve_follows_how_the_device_computes_the_dtype():
+    fp32 = costs.estimated_curve(tiny_target_small())
+    bf16 = costs.estimated_curve(tiny_target_small().to(torch.bfloat16))
+    assert fp32[1] == bf16[1] and fp32[64] / fp32[1] == pytest.approx(1 + 63 * costs.SLOPE["fp32"])
+    kind = "native-bf16" if any(f in cpu_info()[1] for f in NATIVE_BF16_FLAGS) else "emulated-bf16"
+    assert bf16[64] / bf16[1] == pytest.approx(1 + 63 * costs.SLOPE[kind])
 
 
 def test_cost_curve_is_made_monotone():
