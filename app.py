@@ -23,10 +23,13 @@ except ImportError:                     # local machines, CPU Spaces, CI
         return fn
 
 from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
+from core.costs import BackgroundCurves
 from core.engine import check_inputs, generate
+from core.hardware import describe_dtype, dtype_facts
 from core.models import ModelLoadError, encode_chat, load_pair
 from core.records import summarize
-from viz import charts
+from viz import charts, text as words
+from viz.theme import DARK_CSS
 from viz.tokens import CSS as TOKEN_CSS
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
@@ -44,7 +47,12 @@ EXAMPLES = [
 UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine never waits for the UI)
 FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set while a run streams
 MAX_PROMPT_CHARS = 20_000
+TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
+DEFAULT_METHOD, DEFAULT_BUDGET = "DDTree, auto budget", 64      # fastest here (BENCHMARKS.md, "App")
+COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO")
+COMPARE_HEADERS = ["method", "budget", "τ", "tokens/s", "speed-up vs plain", "identical to plain?"]
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
+COSTS = BackgroundCurves()              # each pair's verification-cost curve, measured in the background
 LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
 MAX_LIVE = 8                            # Step generations kept at once (each holds a KV cache); oldest dropped
 STOPPED: dict[str, float] = {}          # session -> when Stop was last pressed; runs end at the next step
@@ -69,6 +77,7 @@ def get_pair(name: str):
                 PAIRS[name] = load_pair(name)
             except ModelLoadError as e:
                 raise gr.Error(f"Model pair {name!r} cannot be loaded here: {e}") from e
+            COSTS.start(name, PAIRS[name].target)
     return PAIRS[name]
 
 
@@ -104,70 +113,49 @@ def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict) -> float:
     if key not in state["ar"]:
         ar = DecodeConfig(method="ar", temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                           seed=cfg.seed, max_new_tokens=min(cfg.max_new_tokens, 48))
-        state["ar"][key] = summarize([list(generate(pair, ids, ar))]).tokens_per_second
+        with COSTS.decoding():
+            state["ar"][key] = summarize([list(generate(pair, ids, ar))]).tokens_per_second
     return state["ar"][key]
 
 
 def metrics_md(records, ar_tps: float | None, status: str = "done") -> str:
-    """The numbers that matter, with their definitions; status: running | stopped | done."""
-    if not records:
-        return ""
-    s = summarize([records])
-    if ar_tps and s.steps:
-        speed = f"{s.tokens_per_second / ar_tps:.2f}×"
-    else:
-        speed = {"running": "measuring…", "stopped": "– (stopped)"}.get(status, "–")
-    lines = [
-        "| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
-        "|---:|---:|---:|---:|---|",
-        f"| **{s.tau:.2f}** | {s.tokens_per_second:.1f} | {speed} | {max(0, s.tokens - 1 - s.steps)} of "
-        f"{s.tokens - 1} | " + " / ".join(f"{s.phase_shares[p]:.0%}" for p in ("draft", "tree", "verify", "accept"))
-        + " |",
-        "",
-        f"τ = tokens committed per target forward (bonus counted) = {s.tokens - 1} / {s.steps}; expected from the "
-        f"trees 1 + Σ q(u) = {s.expected_tau:.2f}" + (f"; oracle (perfect ranking, top-K) = {s.oracle_tau:.2f}"
-                                                       if s.oracle_tau else "") + ". "
-        "tokens/s = decode tokens / decode time (prefill excluded), from the engine's timers. Speed-up = this "
-        "run's tokens/s ÷ plain decoding's on the same prompt, measured in this app run. Forwards saved = tokens "
-        "that needed no target forward of their own.",
-    ]
-    return "\n".join(lines)
+    return words.metrics(summarize([records]), ar_tps, status) if records else ""
 
 
-def explain_md(record, texts) -> str:
-    if record is None or record.step == 0:
-        return HOW_IT_WORKS
-    t = record.tree
-    acc = "".join(texts.get(t.tokens[i], "?") for i in record.accepted[1:])
-    return HOW_IT_WORKS + (
-        f"\n\n### This step ({record.step})\nThe drafter proposed {t.max_depth} positions in one forward; the "
-        f"builder kept **{t.size} nodes** whose prefix probabilities sum to **{t.expected_accepted:.2f}** — the "
-        f"expected number of accepted drafts (Proposition 1). One target forward verified all {t.size + 1} "
-        f"tokens with the ancestor-only mask; the walk accepted **{record.accepted_drafts}** drafts "
-        f"(<code>{html.escape(acc)}</code>) and the target added the bonus token "
-        f"<code>{html.escape(texts.get(record.bonus, '?'))}</code>: τ = {record.tau} for this step.")
+def _block_size(pair):
+    return pair.drafter.block_size if pair.drafter is not None else None
 
 
 def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
-    """UI values for the latest records (full=False skips the slow run-level charts)."""
+    """UI values for the records: while running, the latest step (full=False skips the slow run-level charts);
+    when done, a representative step with the slider on it."""
     texts = _texts(pair, records, state["texts"])
-    last = records[-1]
-    tree = _step_tree(last, texts)
-    slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=len(records) - 1, step=1,
-                       interactive=True)
-    out = [token_html(records, texts), tree, slider, metrics_md(records, ar_tps, status),
-           charts.budget_figure(records, state.get("cost"), _draft_ms(records))]
+    shown, rule = (len(records) - 1, "") if status == "running" else words.representative_step(records)
+    views = _step_views(pair, records, shown, texts, state, rule, full)
+    slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
+                       label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})")
+    out = [token_html(records, texts), views[0], slider, metrics_md(records, ar_tps, status),
+           charts.budget_figure(records, COSTS.curves.get(pair.name), _draft_ms(records))]
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
-                charts.time_breakdown(records), charts.calibration(records), charts.icicle(last, texts),
-                charts.mask_heatmap(last, texts), explain_md(last, texts), tree]
+                charts.time_breakdown(records), charts.calibration(records), *views[1:]]
     else:
-        out += [gr.skip()] * 9
+        out += [gr.skip()] * 9 + [views[5]]
     return out
 
 
-def _step_tree(record, texts):
-    return tree_figure(record, texts, title=f"step {record.step}: {record.tree.size} nodes, τ = {record.tau}")
+def _step_views(pair, records, k, texts, state, rule="", full=True):
+    """Tree, icicle, mask, explanation, tree again (How it works) and the caption for stored step k (full=False:
+    the tree and the caption only)."""
+    r = records[k]
+    note = f" ({rule})" if rule else ""
+    fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}", height=TREE_HEIGHT)
+    caption = words.step_caption(r, texts, _block_size(pair), state.get("prompt_tokens"))
+    if not full:
+        return [fig, None, None, None, None, caption]
+    explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), _block_size(pair))
+    return [fig, charts.icicle(r, texts), charts.mask_heatmap(r, texts), HOW_IT_WORKS + "\n\n" + explanation,
+            fig, caption]
 
 
 def _warn_missing_table(pair, cfg: DecodeConfig) -> None:
@@ -206,22 +194,19 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
         raise gr.Error(str(e)) from e
     LIVE.pop(_session(request), None)
     _warn_missing_table(pair, cfg)
-    if cfg.method != "ar" and state["cost"] is None:
-        from core.costs import cost_curve
-
-        state["cost"] = cost_curve(pair.target)
     records, last, last_full, started = [], 0.0, 0.0, time.time()
-    state["records"] = records
-    for record in _guarded(generate(pair, ids, cfg)):
-        records.append(record)
-        if STOPPED.get(_session(request), 0.0) > started:
-            break                                   # Stop: end cleanly between steps, keep what was made
-        now = time.perf_counter()
-        if now - last >= UPDATE_INTERVAL:           # text, tree, numbers and budget curve at every update
-            full = now - last_full >= FULL_INTERVAL  # the other charts less often: decoding stays fast
-            yield _render(pair, records, state, None, full=full, status="running") + [state]
-            last = time.perf_counter()
-            last_full = last if full else last_full
+    state |= {"records": records, "method": cfg.method, "prompt_tokens": len(ids)}
+    with COSTS.decoding():                          # the background cost measurement waits meanwhile
+        for record in _guarded(generate(pair, ids, cfg)):
+            records.append(record)
+            if STOPPED.get(_session(request), 0.0) > started:
+                break                                   # Stop: end cleanly between steps, keep what was made
+            now = time.perf_counter()
+            if now - last >= UPDATE_INTERVAL:           # text, tree, numbers and budget curve at every update
+                full = now - last_full >= FULL_INTERVAL  # the other charts less often: decoding stays fast
+                yield _render(pair, records, state, None, full=full, status="running") + [state]
+                last = time.perf_counter()
+                last_full = last if full else last_full
     stopped = STOPPED.get(_session(request), 0.0) > started
     if cfg.method == "ar":
         ar_tps = summarize([records]).tokens_per_second
@@ -252,61 +237,70 @@ def step_once(prompt, method_label, budget, temperature, top_p, top_k, max_new, 
         while len(LIVE) >= MAX_LIVE:                 # sessions that stepped and left: free their caches
             LIVE.pop(next(iter(LIVE)))
         LIVE[_session(request)] = live
-        state = _fresh_state(state)
-    record = next(live[1], None)
+        state = _fresh_state(state) | {"method": cfg.method, "prompt_tokens": len(ids)}
+    with COSTS.decoding():
+        record = next(live[1], None)
     if record is None:
         gr.Info("The generation has finished; press Run or change a setting to start again.")
     else:
         live[2].append(record)
     state["records"] = live[2]
     if not live[2]:
-        return [gr.skip()] * 14 + [state]
-    status = "done" if live[2][-1].finish else "running"
+        return [gr.skip()] * (len(OUTPUTS) - 1) + [state]
+    status = "running"    # Step shows the step it just made, never a representative one
     return _render(pair, live[2], state, state.get("ar_tps"), full=True, status=status) + [state]
 
 
 def show_step(k, pair_name, state):
-    """Replay a stored step: its tree, icicle, mask and explanation."""
+    """Replay a stored step: its tree, icicle, mask, explanation and caption."""
     records = (state or {}).get("records") or []
     if not records:
-        return [gr.skip()] * 5
+        return [gr.skip()] * 6
     k = int(min(max(0, k or 0), len(records) - 1))
     pair = get_pair(pair_name)
-    texts = _texts(pair, records[: k + 1], state["texts"])
-    r = records[k]
-    fig = _step_tree(r, texts)
-    return [fig, charts.icicle(r, texts), charts.mask_heatmap(r, texts), explain_md(r, texts), fig]
+    return _step_views(pair, records, k, _texts(pair, records[: k + 1], state["texts"]), state)
 
 
 @gpu
 def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, request: gr.Request = None):
-    """Plain decoding, chain, DDTree and PRESTO on the same prompt and settings."""
+    """Plain decoding and the speculative methods on the same prompt and settings; a row appears as each
+    finishes, the verdict after the last."""
     pair = get_pair(pair_name)
     ids = _prompt_ids(pair, prompt)
-    rows, outputs = [], {}
-    started = time.time()
-    for label in ("Plain decoding (AR)", "DFlash chain", "DDTree", "PRESTO"):
+    rows, outputs, started = [], {}, time.time()
+    for label in COMPARED:
         if STOPPED.get(_session(request), 0.0) > started:
             return
         cfg = _settings(label, budget, temperature, top_p, top_k, max_new, seed)
-        records = list(_guarded(generate(pair, ids, cfg)))
+        with COSTS.decoding():
+            records = list(_guarded(generate(pair, ids, cfg)))
         s = summarize([records])
         outputs[label] = [t for r in records for t in r.committed]
-        rows.append({"method": label, "tau": round(s.tau, 2) if s.steps else 1.0,
-                     "tokens/s": round(s.tokens_per_second, 1), "tokens": s.tokens})
-        base = rows[0]["tokens/s"] or 1.0
+        same = outputs[label] == outputs[COMPARED[0]]
+        rows.append({"method": label, "budget": "–" if cfg.method in ("ar", "chain") else
+                     f"≤ {cfg.budget}" if cfg.method.endswith("-auto") else cfg.budget,
+                     "tau": round(s.tau, 2) if s.steps else 1.0, "tokens/s": round(s.tokens_per_second, 1),
+                     "identical": "yes" if same else "no"})
         for row in rows:
-            row["speedup"] = round(row["tokens/s"] / base, 2)
-        same = all(o == outputs["Plain decoding (AR)"] for o in outputs.values())
-        verdict = ("All outputs are **identical** to plain decoding." if same else
-                   "Outputs differ from plain decoding" + (" (expected when sampling: each method draws different "
-                                                           "random numbers)." if temperature > 0 else "."))
-        yield rows, charts.compare_bars(rows), verdict
+            row["speedup"] = round(row["tokens/s"] / (rows[0]["tokens/s"] or 1.0), 2)
+        table = [[r["method"], r["budget"], r["tau"], r["tokens/s"], f'{r["speedup"]:.2f}×', r["identical"]]
+                 for r in rows]
+        yield table, charts.compare_bars(rows), _verdict(rows, len(COMPARED), temperature)
+
+
+def _verdict(rows, total: int, temperature: float) -> str:
+    if len(rows) < total:
+        return f"{len(rows)} of {total} methods done; running {COMPARED[len(rows)]}…"
+    if all(r["identical"] == "yes" for r in rows):
+        return "All outputs are **identical** to plain decoding: every method is lossless."
+    if temperature > 0:
+        return ("Outputs differ from plain decoding, as expected when sampling: each method draws different random "
+                "numbers; the distribution is the same (tested).")
+    return "Outputs differ from plain decoding."
 
 
 def _fresh_state(state):
-    old = state or {}
-    return {"records": [], "texts": {}, "ar": old.get("ar", {}), "cost": old.get("cost")}
+    return {"records": [], "texts": {}, "ar": (state or {}).get("ar", {})}
 
 
 def stop(request: gr.Request = None):
@@ -328,14 +322,43 @@ def health() -> dict:
     out = {"status": "ok", "loaded_pairs": sorted(PAIRS), "step_sessions": len(LIVE),
            "rss_mb": round(psutil.Process().memory_info().rss / 2**20)}
     if PAIRS:
-        cap = limits(next(iter(PAIRS.values())).target)
-        out |= {"max_budget": cap.max_budget, "max_context": cap.max_context}
+        name, pair = next(iter(PAIRS.items()))
+        cap = limits(pair.target)
+        out |= {"max_budget": cap.max_budget, "max_context": cap.max_context,
+                "dtype": describe_dtype(pair.dtype, pair.device), "cost_curve": COSTS.status(name)}
     return out
+
+
+def machine_md(pair_name: str | None = None) -> str:
+    """The header line: where this runs, in which dtype and why, and the cost measurement's progress."""
+    name = pair_name if pair_name in PAIRS else next(iter(PAIRS), None)
+    if name is None:
+        return "Loading the model pair…"
+    pair = PAIRS[name]
+    status = COSTS.status(name)
+    curve = COSTS.curves.get(name)
+    cost = (f"verifying 17 tokens costs {words.verify_ratio(curve, 17):.1f} and 65 tokens "
+            f"{words.verify_ratio(curve, 65):.1f} one-token forwards here" if curve else
+            f"{status} of the verification-cost curve (runs do not wait for it)")
+    dtype, why, where = dtype_facts(pair.dtype, pair.device)
+    return f"**{name}** in **{dtype}** on {where} ({why}) · {cost}"
+
+
+def refresh(method_label, budget, pair_name):
+    """The header and the budget note; the timer that calls this stops once the curve is measured."""
+    pair = PAIRS.get(pair_name)
+    method = METHODS.get(method_label, "ddtree")
+    curve = COSTS.curves.get(pair_name)
+    machine = f"{dtype_facts(pair.dtype, pair.device)[0]} on this {pair.device.type.upper()}" if pair else ""
+    note = words.budget_note(method, int(budget or 1), _block_size(pair) if pair else None, curve, machine)
+    return machine_md(pair_name), note, gr.Timer(active=curve is None)
 
 
 def launch(block: bool = False, **kwargs):
     """Launch the app with GET /health; returns launch()'s tuple (block=True serves until interrupted)."""
-    result = demo.launch(css=TOKEN_CSS, prevent_thread_lock=True, **kwargs)
+    for name, pair in PAIRS.items():
+        COSTS.start(name, pair.target)
+    result = demo.launch(css=TOKEN_CSS + DARK_CSS + LAYOUT_CSS, prevent_thread_lock=True, **kwargs)
     demo.app.add_api_route("/health", health, methods=["GET"])
     if block:
         demo.block_thread()
@@ -369,74 +392,95 @@ this machine (cached) and α, t_other calibrated on the steps already run. B is 
 
 # ----- layout -------------------------------------------------------------------------------------------------
 
+LAYOUT_CSS = f"""
+#out {{ max-height: 150px; overflow-y: auto; }}
+#machine p {{ font-size: 13px; margin: 0; }}
+#budget_note p {{ font-size: 12.5px; margin: 0; }}
+#caption p {{ font-size: 13.5px; margin: 2px 0; }}
+#tree {{ min-height: {TREE_HEIGHT}px; }}
+"""
+
 with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     state = gr.State(None)
-    gr.Markdown("## Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
-    with gr.Row():
-        with gr.Column(scale=1, min_width=320):
-            prompt = gr.Textbox(label="Prompt", lines=5, elem_id="prompt", value=EXAMPLES[0][0])
+    gr.Markdown("### Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
+    machine = gr.Markdown("Loading the model pair…", elem_id="machine")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, elem_id="prompt", value=EXAMPLES[0][0])
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", elem_id="run", min_width=60)
+                step_btn = gr.Button("Step", elem_id="step", min_width=60)
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
+            method = gr.Dropdown(list(METHODS), value=DEFAULT_METHOD, label="Method", elem_id="method")
+            budget = gr.Slider(1, min(512, MAX_BUDGET), value=DEFAULT_BUDGET, step=1,
+                               label="Node budget B (auto: the most it may use)", elem_id="budget")
+            budget_note = gr.Markdown(elem_id="budget_note")
+            with gr.Accordion("Sampling, length, seed, model pair", open=False):
+                with gr.Row():
+                    temperature = gr.Number(0.0, label="Temperature", minimum=0, elem_id="temperature")
+                    top_p = gr.Number(1.0, label="Top-p", minimum=0, maximum=1)
+                    top_k = gr.Number(0, label="Top-k (0 = off)", minimum=0, precision=0)
+                with gr.Row():
+                    max_new = gr.Number(128, label="Max new tokens", minimum=1, maximum=2048, precision=0,
+                                        elem_id="max_new")
+                    seed = gr.Number(0, label="Seed", minimum=0, precision=0)
+                pair_name = gr.Dropdown(usable_pairs(), value=usable_pairs()[0],
+                                        label="Model pair (target + drafter)")
             gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story")
-            method = gr.Dropdown(list(METHODS), value="DDTree", label="Method", elem_id="method")
-            budget = gr.Slider(1, min(512, MAX_BUDGET), value=32, step=1,
-                               label="Node budget B (auto: the most it may use)",
-                               elem_id="budget")
-            with gr.Row():
-                temperature = gr.Number(0.0, label="Temperature", minimum=0, elem_id="temperature")
-                top_p = gr.Number(1.0, label="Top-p", minimum=0, maximum=1)
-                top_k = gr.Number(0, label="Top-k (0 = off)", minimum=0, precision=0)
-            with gr.Row():
-                max_new = gr.Number(128, label="Max new tokens", minimum=1, maximum=2048, precision=0,
-                                    elem_id="max_new")
-                seed = gr.Number(0, label="Seed", minimum=0, precision=0)
-            pair_name = gr.Dropdown(usable_pairs(), value=usable_pairs()[0], label="Model pair (target + drafter)")
-            with gr.Row():
-                run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                step_btn = gr.Button("Step", elem_id="step")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
         with gr.Column(scale=3):
             text = gr.HTML(elem_id="out", label="Output")
-            metrics = gr.Markdown(elem_id="metrics")
-            tree = gr.Plot(label="Draft tree of the step", elem_id="tree")
+            tree = gr.Plot(show_label=False, elem_id="tree")
+            caption = gr.Markdown("Press **Run** to decode the prompt, or **Step** to advance one target forward "
+                                  "at a time.", elem_id="caption")
             slider = gr.Slider(0, 1, value=0, step=1, label="Step (replay any stored step)", elem_id="step_slider")
+            metrics = gr.Markdown(elem_id="metrics")
             with gr.Tabs():
                 with gr.Tab("Acceptance vs budget"):
-                    budget_fig = gr.Plot(elem_id="budget_chart")
+                    budget_fig = gr.Plot(show_label=False, elem_id="budget_chart")
                 with gr.Tab("Per step"):
-                    tau_fig = gr.Plot()
-                    time_fig = gr.Plot()
+                    tau_fig = gr.Plot(show_label=False)
+                    time_fig = gr.Plot(show_label=False)
                 with gr.Tab("Distributions"):
-                    hist_fig = gr.Plot()
-                    depth_fig = gr.Plot()
-                    calib_fig = gr.Plot()
+                    hist_fig = gr.Plot(show_label=False)
+                    depth_fig = gr.Plot(show_label=False)
+                    calib_fig = gr.Plot(show_label=False)
                 with gr.Tab("Step views"):
-                    icicle_fig = gr.Plot()
-                    mask_fig = gr.Plot()
+                    icicle_fig = gr.Plot(show_label=False)
+                    mask_fig = gr.Plot(show_label=False)
                 with gr.Tab("Compare"):
-                    compare_btn = gr.Button("Compare plain, chain, DDTree and PRESTO on this prompt",
-                                            elem_id="compare")
-                    compare_table = gr.Dataframe(headers=["method", "tau", "tokens/s", "tokens", "speedup"])
-                    compare_fig = gr.Plot()
-                    compare_note = gr.Markdown()
+                    compare_btn = gr.Button("Compare plain decoding, chain, DDTree, auto budget and PRESTO on this "
+                                            "prompt", elem_id="compare")
+                    compare_table = gr.Dataframe(headers=COMPARE_HEADERS, elem_id="compare_table",
+                                                 datatype=["str", "str", "number", "number", "str", "str"],
+                                                 interactive=False)
+                    compare_note = gr.Markdown(elem_id="compare_note")
+                    compare_fig = gr.Plot(show_label=False)
                 with gr.Tab("How it works"):
                     explain = gr.Markdown(HOW_IT_WORKS)
                     gr.Markdown("The current step's tree, coloured by q(u): Σ over its nodes is the expected "
                                 "number of accepted drafts; the green path is what the target accepted.")
-                    explain_tree = gr.Plot()
+                    explain_tree = gr.Plot(show_label=False)
+    timer = gr.Timer(1.0)
 
     # ----- wiring -------------------------------------------------------------------------------------------
     settings = [prompt, method, budget, temperature, top_p, top_k, max_new, seed, pair_name, state]
-    outputs = [text, tree, slider, metrics, budget_fig, tau_fig, hist_fig, depth_fig, time_fig, calib_fig,
-               icicle_fig, mask_fig, explain, explain_tree, state]
+    OUTPUTS = [text, tree, slider, metrics, budget_fig, tau_fig, hist_fig, depth_fig, time_fig, calib_fig,
+               icicle_fig, mask_fig, explain, explain_tree, caption, state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
-    run_btn.click(run, settings, outputs, concurrency_id="model", show_progress="minimal",
-                              trigger_mode="always_last")
-    step_btn.click(step_once, settings, outputs, concurrency_id="model", show_progress="minimal",
-                                trigger_mode="always_last")
-    slider.input(show_step, [slider, pair_name, state], [tree, icicle_fig, mask_fig, explain, explain_tree],
+    run_btn.click(run, settings, OUTPUTS, concurrency_id="model", show_progress="minimal",
+                  trigger_mode="always_last")
+    step_btn.click(step_once, settings, OUTPUTS, concurrency_id="model", show_progress="minimal",
+                   trigger_mode="always_last")
+    slider.input(show_step, [slider, pair_name, state],
+                 [tree, icicle_fig, mask_fig, explain, explain_tree, caption],
                  concurrency_id="model", trigger_mode="always_last", show_progress="hidden")
     compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
-                                      [compare_table, compare_fig, compare_note], concurrency_id="model")
+                      [compare_table, compare_fig, compare_note], concurrency_id="model")
     stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
+    status_inputs, status_outputs = [method, budget, pair_name], [machine, budget_note, timer]
+    demo.load(refresh, status_inputs, status_outputs, queue=False)
+    timer.tick(refresh, status_inputs, status_outputs, queue=False, show_progress="hidden")
+    gr.on([method.change, budget.release, pair_name.change], refresh, status_inputs, status_outputs, queue=False)
     demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 

@@ -9,7 +9,9 @@ import json
 import os
 import re
 import statistics
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +143,51 @@ def cost_class(target) -> str:
         return "fp32"
     native = any(f in cpu_info()[1] for f in NATIVE_BF16_FLAGS)
     return "native-bf16" if native else "emulated-bf16"
+
+
+class BackgroundCurves:
+    """Each loaded target's curve, measured once in a background thread and cached on disk. The measurement
+    pauses between sizes while a run decodes (`decoding()`), so a visitor never waits for it and it never
+    measures a forward that shares the CPU with a run."""
+
+    def __init__(self, repeats: int = 2):
+        self.repeats, self.curves, self.progress = repeats, {}, {}
+        self._busy, self._cond = 0, threading.Condition()
+
+    def start(self, name: str, target) -> None:
+        if name in self.curves or name in self.progress:
+            return
+        curve = cached_curve(target)
+        if curve is not None:
+            self.curves[name] = curve
+            return
+        self.progress[name] = (0, len(SIZES))
+        threading.Thread(target=self._measure, args=(name, target), daemon=True, name=f"cost-{name}").start()
+
+    def _measure(self, name: str, target) -> None:
+        def tick(done: int, total: int) -> None:
+            self.progress[name] = (done, total)
+            with self._cond:
+                self._cond.wait_for(lambda: self._busy == 0)
+
+        try:
+            self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick)
+        except Exception:  # noqa: BLE001 - a failed measurement leaves the estimate in use, never the app down
+            self.progress[name] = (-1, len(SIZES))
+
+    def status(self, name: str) -> str:
+        if name in self.curves:
+            return "measured"
+        done, total = self.progress.get(name, (0, 0))
+        return "failed" if done < 0 else f"measuring {done}/{total} sizes" if total else "not started"
+
+    @contextmanager
+    def decoding(self):
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                self._cond.notify_all()

@@ -39,7 +39,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target", default=None, help="any causal-LM hub id or local folder (overrides --pair)")
     ap.add_argument("--drafter", default=None,
                     help="DFlash drafter folder or hub id to go with --target ('random' = untrained)")
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"], help="weights dtype (default bf16)")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32", "fp16"],
+                    help="weights dtype; auto (default) = bf16 on CUDA and on CPUs with AVX512-BF16 or AMX, fp32 on "
+                         "CPUs that would emulate bf16 (there a draft tree costs several times as much in bf16)")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 ... (default auto)")
     ap.add_argument("--full-readout", action="store_true",
                     help="draft from the whole vocabulary even when the drafter ships a draft vocabulary")
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from core.engine import generate
+    from core.hardware import describe_dtype
     from core.models import ModelLoadError, encode_chat, load_custom_pair, load_pair
     from core.records import summarize
 
@@ -86,6 +89,7 @@ def main(argv=None) -> int:
     print(f"decode {s.tokens_per_second:.1f} tokens/s (prefill {s.prefill_seconds * 1000:.0f} ms excluded)   "
           "time shares: " + ", ".join(f"{k} {v:.0%}" for k, v in s.phase_shares.items()))
     print("acceptance histogram: " + " ".join(f"{k}:{v}" for k, v in s.histogram.items()))
+    print(f"dtype {describe_dtype(pair.dtype, pair.device)}")
     return 0
 
 

@@ -82,7 +82,20 @@ def auto_dtype(device_type: str = "cpu") -> DtypeChoice:
         return DtypeChoice(torch.bfloat16, f"bf16: this CPU computes it natively ({', '.join(native)})")
     if "avx2" in flags or "avx512f" in flags:
         return DtypeChoice(torch.float32, "fp32: this CPU has no AVX512-BF16 or AMX, so bf16 would be emulated "
-                                          "(a tree forward would cost several times as much)")
+                                          "and a tree forward would cost several times as much")
     if probe_bf16_native():
         return DtypeChoice(torch.bfloat16, "bf16: a probe found bf16 products no slower than fp32 here")
     return DtypeChoice(torch.float32, "fp32: a probe found bf16 products slower than fp32 here")
+
+
+def dtype_facts(dtype: torch.dtype, device: torch.device) -> tuple[str, str, str]:
+    """(dtype name, why it is used, the machine): every speed figure depends on all three."""
+    name = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(dtype, str(dtype))
+    choice = auto_dtype(device.type)
+    why = choice.reason.split(": ", 1)[1] if choice.dtype == dtype else f"set explicitly (auto would pick {choice.name})"
+    return name, why, cpu_summary() if device.type == "cpu" else str(device)
+
+
+def describe_dtype(dtype: torch.dtype, device: torch.device) -> str:
+    name, why, where = dtype_facts(dtype, device)
+    return f"{name} on {where}: {why}"

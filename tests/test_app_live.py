@@ -68,13 +68,17 @@ def test_browser_end_to_end(url):
             ("http://127.0.0.1", "http://localhost", "data:", "blob:", "ws://127.0.0.1")) else None)
         page.goto(url)
         page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#method input").fill("DDTree")
+        page.keyboard.press("Enter")
+        page.get_by_text("Sampling, length, seed, model pair").click()         # the folded settings
         page.locator("#max_new input").fill("40")
+        page.locator("#budget input[type=number]").fill("32")
+        page.locator("#budget input[type=number]").press("Enter")
         page.locator("#run").click()
         expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=120_000)
         expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)     # the final update
         expect(page.locator("#out")).to_contain_text("def", timeout=10_000)
         title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
-        assert not page.evaluate(title).startswith("step 1:")
         page.locator("#step_slider input[type=range]").fill("1")                # replay step 1
         page.wait_for_function(f"{title}.startsWith('step 1:')", timeout=60_000)
         data = "document.querySelector('#tree .js-plotly-plot').data"
@@ -94,3 +98,53 @@ def test_browser_end_to_end(url):
         browser.close()
     assert not errors, errors
     assert not outside, outside
+
+
+def _browser(p):
+    return p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                   "--no-first-run", "--disable-quic"])
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed by .ci/run")
+def test_projector_layout_and_compare_read_as_a_user_reads_them(url):
+    """At 1280x720 Run, the text and the tree are on screen and stay there through a run; Compare's table has
+    its columns and one row of numbers per method, the verdict only after the last; no [object Object]."""
+    from playwright.sync_api import expect, sync_playwright
+
+    import app
+
+    OUT.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(url)
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.get_by_text("Sampling, length, seed, model pair").click()
+        page.locator("#max_new input").fill("24")
+        page.get_by_text("Sampling, length, seed, model pair").click()         # folded again
+        page.locator("#run").click()
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        assert page.evaluate("window.scrollY") == 0                            # Run did not scroll the page
+        for sel in ("#prompt", "#run", "#step", "#stop", "#method", "#budget", "#out", "#tree"):
+            box = page.locator(sel).bounding_box()
+            assert box and box["y"] >= 0 and box["y"] + box["height"] <= 720 and box["x"] + box["width"] <= 1280, sel
+        expect(page.locator("#caption")).to_contain_text("drafted a 15-position block")
+        page.screenshot(path=str(OUT / "app-1280x720.png"))
+        page.locator("#step").click()                                          # Step's first press: the prefill
+        expect(page.locator("#caption")).to_contain_text("prefill", timeout=60_000)
+        page.get_by_role("tab", name="Compare").click()
+        page.locator("#compare").click()
+        expect(page.locator("#compare_note")).to_contain_text("plain decoding", timeout=300_000)
+        headers = page.locator("#compare_table thead th").all_inner_texts()
+        assert [h.strip() for h in headers[: len(app.COMPARE_HEADERS)]] == app.COMPARE_HEADERS
+        rows = page.locator("#compare_table tbody tr")
+        assert rows.count() == len(app.COMPARED)
+        for i, label in enumerate(app.COMPARED):
+            cells = [c.strip() for c in rows.nth(i).locator("td").all_inner_texts()]
+            assert cells[0] == label and float(cells[2]) >= 1.0 and float(cells[3]) > 0, cells
+            assert cells[4].endswith("×") and cells[5] in ("yes", "no"), cells
+        assert "[object Object]" not in page.inner_text("body")
+        page.screenshot(path=str(OUT / "app-compare.png"), full_page=True)
+        browser.close()

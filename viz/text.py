@@ -1,0 +1,123 @@
+"""The app's words: what a step did, the run's numbers with their definitions, and what a budget costs on this
+machine. Pure functions of records and numbers (no torch, no Gradio), so tests can read exactly what a user reads.
+"""
+from __future__ import annotations
+
+import html
+import statistics
+
+from viz import theme
+
+METHOD_WORDS = {"chain": "the argmax chain", "ddtree": "the most probable prefixes (DDTree's heap)",
+                "presto": "the best prefixes by PRESTO's score", "presto-beam": "PRESTO's beam",
+                "ddtree-auto": "the most probable prefixes, as many as pay (auto budget)",
+                "presto-auto": "the best PRESTO prefixes, as many as pay (auto budget)"}
+
+
+def _piece(texts: dict[int, str], token: int) -> str:
+    return html.escape(theme.show_whitespace(texts.get(token, "?")))
+
+
+def step_caption(record, texts: dict[int, str], block_size: int | None, prompt_tokens: int | None = None) -> str:
+    """One line under the tree: what this step did, with its real numbers."""
+    if record.step == 0:
+        return (f"**Step 0 is the prefill**: the target read the prompt{f' ({prompt_tokens} tokens)' if prompt_tokens else ''} "
+                f"in one forward and chose the first token itself (<code>{_piece(texts, record.bonus)}</code>). "
+                "Nothing is drafted yet; drafting starts at step 1.")
+    t = record.tree
+    if record.draft_tokens is None or t.size == 0:
+        return (f"**Step {record.step}**: plain decoding, one target forward for one token "
+                f"(<code>{_piece(texts, record.bonus)}</code>).")
+    drafted = record.draft_tokens.shape[0]
+    block = f" (block size {block_size}: the bonus token plus {block_size - 1} masked positions)" if block_size else ""
+    acc = "".join(_piece(texts, t.tokens[i]) for i in record.accepted[1:])
+    return (f"**Step {record.step}**: the drafter drafted a {drafted}-position block{block} in one forward → the "
+            f"builder kept **{t.size} nodes** reaching depth {t.max_depth} → one target forward verified "
+            f"{t.size + 1} tokens → it accepted **{record.accepted_drafts}** "
+            f"draft{'s' if record.accepted_drafts != 1 else ''}{f' (<code>{acc}</code>)' if acc else ''} and added "
+            f"the bonus <code>{_piece(texts, record.bonus)}</code>: τ = {record.tau}.")
+
+
+def step_explanation(record, texts: dict[int, str], method: str, block_size: int | None) -> str:
+    """The long form for 'How it works': the same numbers tied to the definitions."""
+    if record is None:
+        return ""
+    if record.step == 0 or record.tree.size == 0:
+        return "### This step\n" + step_caption(record, texts, block_size)
+    t = record.tree
+    kept = METHOD_WORDS.get(method, "its tree")
+    return (f"### This step ({record.step})\n"
+            f"The drafter drafted {record.draft_tokens.shape[0]} positions in one forward"
+            + (f" (its block size is {block_size}: the bonus token, whose q is not needed, plus {block_size - 1} "
+               "masks)" if block_size else "")
+            + f". The builder kept {kept}: **{t.size} nodes** reaching depth {t.max_depth}, whose prefix "
+              f"probabilities sum to **{t.expected_accepted:.2f}**, the expected number of accepted drafts "
+              f"(Proposition 1). One target forward verified all {t.size + 1} tokens (the root is the last bonus) "
+              f"with the ancestor-only mask; the walk accepted **{record.accepted_drafts}** drafts and the target "
+              f"added the bonus token <code>{_piece(texts, record.bonus)}</code>: τ = {record.tau} for this step.")
+
+
+def representative_step(records) -> tuple[int, str]:
+    """The index of a step that shows what the run typically did, and the rule that chose it.
+
+    The last step is often cut short by the length limit (a flat fan, or an empty tree), so the choice is the
+    latest drafting step, not the last, whose τ is nearest the run's median τ."""
+    drafting = [i for i, r in enumerate(records) if r.step > 0 and r.tree.size > 0]
+    full = [i for i in drafting if i != len(records) - 1] or drafting
+    if not full:
+        return len(records) - 1, "the last step"
+    median = statistics.median(records[i].tau for i in full)
+    best = min(full, key=lambda i: (abs(records[i].tau - median), -i))
+    return best, f"a typical step: τ nearest the run's median τ ({median:g}); the last is step {records[-1].step}"
+
+
+def metrics(summary, ar_tps: float | None, status: str = "done") -> str:
+    """The numbers that matter, with their definitions; status: running | stopped | done."""
+    s = summary
+    if ar_tps and s.steps:
+        speed = f"{s.tokens_per_second / ar_tps:.2f}×"
+    else:
+        speed = {"running": "measuring…", "stopped": "– (stopped)"}.get(status, "–")
+    shares = " / ".join(f"{s.phase_shares[p]:.0%}" for p in ("draft", "tree", "verify", "accept"))
+    oracle = f"; oracle (perfect ranking, top-K) = {s.oracle_tau:.2f}" if s.oracle_tau else ""
+    return "\n".join([
+        "| τ | tokens/s | speed-up vs plain | target forwards saved | draft / tree / verify / accept |",
+        "|---:|---:|---:|---:|---|",
+        f"| **{s.tau:.2f}** | {s.tokens_per_second:.1f} | {speed} | {max(0, s.tokens - 1 - s.steps)} of "
+        f"{s.tokens - 1} | {shares} |",
+        "",
+        f"τ = tokens committed per target forward (bonus counted) = {s.tokens - 1} / {s.steps}; expected from the "
+        f"trees 1 + Σ q(u) = {s.expected_tau:.2f}{oracle}. tokens/s = decode tokens / decode time (prefill "
+        "excluded), from the engine's timers. Speed-up = this run's tokens/s ÷ plain decoding's on the same prompt, "
+        "measured in this app run. Forwards saved = tokens that needed no target forward of their own.",
+    ])
+
+
+def verify_ratio(curve: dict[int, float], n: int) -> float:
+    """Cost of verifying n tokens in one forward, in one-token forwards (linear between measured sizes)."""
+    sizes = sorted(curve)
+    lo = max([s for s in sizes if s <= n], default=sizes[0])
+    hi = min([s for s in sizes if s >= n], default=sizes[-1])
+    ms = curve[lo] if hi == lo else curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
+    if n > sizes[-1] and len(sizes) > 1:
+        ms = curve[sizes[-1]] + (curve[sizes[-1]] - curve[sizes[-2]]) / (sizes[-1] - sizes[-2]) * (n - sizes[-1])
+    return ms / curve[sizes[0]]
+
+
+def budget_note(method: str, budget: int, block_size: int | None, curve: dict[int, float] | None,
+                machine: str) -> str:
+    """One line under the budget: whether a tree of this size can pay on this machine, with the curve's number."""
+    if method == "ar":
+        return "Plain decoding: one target forward per token, the baseline every speed-up is measured against."
+    if curve is None:
+        return "Measuring what verification costs on this machine… (the auto budget starts from an estimate)."
+    if method.endswith("-auto"):
+        return (f"The auto budget keeps, each step, the b ≤ {budget} nodes that maximise expected tokens per second "
+                f"here: in {machine}, verifying 17 tokens costs {verify_ratio(curve, 17):.1f} and 65 tokens "
+                f"{verify_ratio(curve, 65):.1f} one-token forwards.")
+    n = (block_size or 16) if method == "chain" else budget + 1
+    ratio = verify_ratio(curve, n)
+    if ratio < 1.5:
+        return f"In {machine}, verifying {n} tokens costs {ratio:.1f} one-token forwards: cheap."
+    return (f"⚠ In {machine}, verifying {n} tokens costs {ratio:.1f} one-token forwards, so this tree pays only if "
+            f"τ exceeds {ratio:.1f} (plus the draft's cost). The auto budget picks the size that pays here.")
