@@ -12,8 +12,8 @@ Per prompt, every (method, budget) runs back to back after plain decoding (`ar`)
 Rows (one per prompt x method x budget x temperature) go to `<out>/rows.jsonl` as they finish, so an interrupted
 run resumes where it stopped. The summary table (τ = mean of per-prompt means, bonus counted; speed-up = the
 baseline's time per output token ÷ the method's over the same prompts, prefill excluded) is printed as markdown and
-written to `<out>/table.md`; figures (τ and speed-up against budget, acceptance histogram, time split) go to
-`<out>/figures/` as HTML and PNG.
+written to `<out>/table.md`, under a line naming the dtype and the machine; figures (τ and speed-up against budget,
+acceptance histogram, time split) go to `<out>/figures/` as HTML and PNG.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from itertools import product
 from pathlib import Path
 
@@ -33,6 +34,43 @@ from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 
 SWEPT = ("presto", "presto-beam")   # methods run once per --lams value
 DRAFTING = ("chain",) + TREE_METHODS   # methods run once per --readouts value
+DTYPES = ("auto", "bf16", "fp32", "fp16")
+DTYPE_ALIASES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}     # as older commands spell them
+DTYPE_HELP = ("auto (default): bf16 on CUDA and on CPUs that compute it natively (AVX512-BF16 or AMX), fp32 on "
+              "other CPUs, where emulated bf16 makes a tree forward several times dearer")
+PROGRESS_SECONDS = 5.0     # between progress-bar updates: enough for a terminal, few lines in a nohup log
+
+
+def add_dtype_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--dtype", default="auto", choices=DTYPES, type=lambda s: DTYPE_ALIASES.get(s, s),
+                    help=DTYPE_HELP)
+
+
+def announce_dtype(requested: str, pair=None):
+    """(DtypeChoice, line): the dtype a run computes in, why, and on what, printed to stderr at its start, since
+    bf16 on a CPU that emulates it is several times slower. "auto" is `core.hardware.auto_dtype`'s choice for the
+    device; `pair`: an already loaded pair, whose dtype rules."""
+    import torch
+
+    from core.hardware import DtypeChoice, auto_dtype, cpu_summary
+    from core.models import resolve_device, resolve_dtype
+
+    if pair is not None:
+        choice, device = DtypeChoice(pair.dtype, "the pair given"), pair.device
+    else:
+        device = resolve_device("auto")
+        auto = auto_dtype(device.type)
+        choice = auto if requested == "auto" else DtypeChoice(resolve_dtype(requested), f"--dtype {requested}" + (
+            "" if requested == auto.name else f"; auto would choose {auto.reason}"))
+    where = f"{torch.cuda.get_device_name(device)}, CPU {cpu_summary()}" if device.type == "cuda" else cpu_summary()
+    line = f"dtype {choice.name} ({choice.reason}) on {where}"
+    print(line, file=sys.stderr)
+    return choice, line
+
+
+def progress(iterable=None, **kwargs) -> tqdm:
+    """A progress bar with elapsed time and, given a length, an ETA; on stderr, so stdout keeps only results."""
+    return tqdm(iterable, file=sys.stderr, dynamic_ncols=True, mininterval=PROGRESS_SECONDS, **kwargs)
 
 
 def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None,
@@ -131,9 +169,10 @@ def main(argv=None, pair=None) -> list[dict]:
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--drafter", default=None,
                     help="DFlash drafter folder or hub id to use instead of the pair's (e.g. a training export)")
-    ap.add_argument("--dtype", default="bf16")
+    add_dtype_option(ap)
     ap.add_argument("--out", default="runs/benchmark", help="folder for rows.jsonl and table.md (resumable)")
     args = ap.parse_args(argv)
+    _, machine = announce_dtype(args.dtype, pair)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,8 +199,7 @@ def main(argv=None, pair=None) -> list[dict]:
         ap.error(f"unknown readout in {args.readouts!r}; choose draft, full or draft,full")
     jobs = []
     for source in args.datasets.split(","):
-        d = Path(source).stem if source.endswith(".jsonl") else source.split(":")[1] if source.startswith(
-            "hub:") else source                                            # the row's dataset name
+        d = dataset_name(source)
         for i, turns in enumerate(conversations(source, args.n)):
             for j, text in enumerate(turns):
                 for t in temps:
@@ -175,15 +213,15 @@ def main(argv=None, pair=None) -> list[dict]:
                                 jobs.append((d, i, turns[: j + 1], label, DecodeConfig(
                                     method=m, budget=b or budgets[0], temperature=t, lam=lam,
                                     max_new_tokens=args.max_new_tokens, full_readout=ro == "full")))
-    warm = encode_messages(pair.tokenizer, [{"role": "user", "content": jobs[0][2][0]}]) if jobs else []
+    pending = [(d, _key(n, len(turns)), n, turns, label, cfg) for d, n, turns, label, cfg in jobs
+               if (d, _key(n, len(turns)), label, _budget(cfg), cfg.temperature) not in done]
+    warm = encode_messages(pair.tokenizer, [{"role": "user", "content": pending[0][3][0]}]) if pending else []
     for m in methods if warm else []:         # one short warm-up generation per method
         _generate(m, pair, warm, DecodeConfig(method=m if m not in BASELINES else "ar", budget=budgets[0],
                                               max_new_tokens=16))
-    with open(rows_path, "a") as f:
-        for d, n, turns, label, cfg in tqdm(jobs, desc="benchmark", dynamic_ncols=True):
-            i = _key(n, len(turns))
-            if (d, i, label, _budget(cfg), cfg.temperature) in done:
-                continue
+    with open(rows_path, "a") as f:           # resumed jobs count as done, so the ETA is the pending ones'
+        for d, i, n, turns, label, cfg in progress(pending, total=len(jobs), initial=len(jobs) - len(pending),
+                                                   desc="benchmark", unit="run"):
             base = next((r for r in rows if (r["dataset"], r["prompt"], r["method"], r["temperature"]) ==
                          (d, i, "ar", cfg.temperature)), None)
             ids = encode_messages(pair.tokenizer, _messages(d, n, turns, cfg.temperature, rows, pair.tokenizer))
@@ -194,13 +232,19 @@ def main(argv=None, pair=None) -> list[dict]:
             f.write(json.dumps(row) + "\n")
             f.flush()
     text = table(rows)
-    (out / "table.md").write_text(text + "\n")
+    (out / "table.md").write_text(f"{machine}\n\n{text}\n")
     print(text)
     from core.figures import write_figures
 
     for path in write_figures(rows, out / "figures"):
         print("figure:", path)
     return rows
+
+
+def dataset_name(source: str) -> str:
+    """A prompt set's name in rows and tables: a .jsonl's stem, a hub set's id."""
+    return Path(source).stem if source.endswith(".jsonl") else source.split(":")[1] if source.startswith(
+        "hub:") else source
 
 
 def conversations(source: str, n: int) -> list[list[str]]:

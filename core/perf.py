@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from core.benchmark import DTYPE_ALIASES, DTYPE_HELP, DTYPES, announce_dtype  # noqa: E402
 from core.config import DecodeConfig  # noqa: E402
 from core.verify import tree_inputs  # noqa: E402
 
@@ -177,7 +178,7 @@ def record_bytes(record) -> int:
                                                                 if v is not tree)
 
 
-def memory(budget: int, new_tokens: int, repeats: int) -> None:
+def memory(budget: int, new_tokens: int, repeats: int, dtype: str) -> None:
     """Resident memory while one long generation runs (no stop token, so it lasts `new_tokens`), against the bytes
     its records hold; then after each of `repeats` further runs whose records are dropped."""
     import gc
@@ -191,7 +192,7 @@ def memory(budget: int, new_tokens: int, repeats: int) -> None:
     class NoStop(ModelPair):
         stop_ids = property(lambda self: [])
 
-    loaded = load_pair("smollm2-135m", dtype="bf16")
+    loaded = load_pair("smollm2-135m", dtype=dtype)
     pair = NoStop(**{f.name: getattr(loaded, f.name) for f in fields(ModelPair)})
     proc = psutil.Process()
     ids = encode_chat(pair.tokenizer, PROMPTS[0])
@@ -254,7 +255,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
                                      "memory", "train-step"])
-    ap.add_argument("--dtype", default="bf16", help="bf16 or fp32 (verify-latency: comma-separated list)")
+    ap.add_argument("--dtype", default="auto",
+                    help=f"auto, bf16, fp32 or fp16 (verify-latency: a comma-separated list); {DTYPE_HELP}")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--past-len", type=int, default=200, help="verify-latency, forward-ab: cached context length")
@@ -269,21 +271,26 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, dtype {args.dtype}")
+    requested = [DTYPE_ALIASES.get(d, d) for d in args.dtype.split(",")]
+    if any(d not in DTYPES for d in requested) or (len(requested) > 1 and args.what != "verify-latency"):
+        ap.error(f"--dtype takes one of {', '.join(DTYPES)} (verify-latency: several, comma-separated); "
+                 f"got {args.dtype!r}")
+    dtypes = [announce_dtype(d)[0].name for d in requested]      # "auto" named as what it chose
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, dtype {','.join(dtypes)}")
     if args.what == "ar-vs-generate":
-        ar_vs_generate(args.dtype, args.new_tokens, args.repeats)
+        ar_vs_generate(dtypes[0], args.new_tokens, args.repeats)
     elif args.what == "verify-latency":
-        verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype.split(","))
+        verify_latency([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, dtypes)
     elif args.what == "forward-ab":
-        forward_ab([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, args.dtype)
+        forward_ab([int(x) for x in args.sizes.split(",")], args.past_len, args.repeats, dtypes[0])
     elif args.what == "memory":
-        memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
+        memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats, dtypes[0])
     elif args.what == "train-step":
-        train_step(args.dtype, args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
+        train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
     elif args.what == "app-overhead":
         app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:
-        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, args.dtype, args.drafter)
+        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, dtypes[0], args.drafter)
 
 
 if __name__ == "__main__":

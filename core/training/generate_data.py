@@ -3,7 +3,7 @@
 Usage: python -m core.training.generate_data --out runs/data [--batch-size 16] [--max-new-tokens 512]
 
 Replies are generated as at inference (same chat template), mostly greedy and every `--sample-every`-th prompt
-(batch, with `--engine generate`) sampled at temperature 0.8, in bf16 with continuous batching: `--batch-size`
+(batch, with `--engine generate`) sampled at temperature 0.8, with continuous batching: `--batch-size`
 replies decode together and a finished one's slot takes the next prompt at once (`core.training.batching`).
 Output is sharded and resumable: each shard is an .npz of token ids (uint16 when the vocabulary fits) with the
 prompt key, the prompt length and whether the reply was sampled. Interrupt at any time; rerunning skips every
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from core.training.prompts import is_held_out, round_key, training_prompts
 
@@ -61,6 +60,7 @@ def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int =
 
 @torch.inference_mode()
 def generate(args) -> None:
+    from core.benchmark import progress
     from core.models import encode_chat, load_target
 
     seed = args.seed + args.round - 1         # round 1 keeps the seed its replies were made with
@@ -73,7 +73,7 @@ def generate(args) -> None:
     prompts = pending_prompts(done_keys(out), args.round, args.seed, args.limit)
     key = lambda p: round_key(p.key, args.round)      # noqa: E731
     shard = 1 + max((int(f.stem.split("-")[1]) for f in out.glob("shard-*.npz")), default=-1)
-    bar = tqdm(total=len(prompts), desc="prompts", unit="prompt", dynamic_ncols=True)
+    bar = progress(total=len(prompts), desc="prompts", unit="prompt")
     made, t0 = 0, time.time()
     if args.engine == "continuous":
         from core.training.batching import continuous_generate
@@ -89,7 +89,7 @@ def generate(args) -> None:
                              "sampled": sampled(i)})
                 made += len(reply)
                 bar.update(1)
-                bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
+                bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made, refresh=False)
                 if len(rows) >= args.batch_size * args.batches_per_shard or bar.n == len(prompts):
                     write_shard(out, shard, rows, len(tok))
                     shard, rows = shard + 1, []
@@ -119,13 +119,15 @@ def generate(args) -> None:
                 rows.append({"key": key(p), "ids": e + reply, "prompt_len": len(e), "sampled": sampled})
                 made += len(reply)
             bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made)
+            bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", tokens=made, refresh=False)
         write_shard(out, shard, rows, len(tok))
         shard += 1
     bar.close()
 
 
 def main() -> None:
+    from core.benchmark import add_dtype_option, announce_dtype
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")
     ap.add_argument("--engine", choices=["continuous", "generate"], default="continuous",
@@ -141,7 +143,7 @@ def main() -> None:
     ap.add_argument("--round", type=int, default=1,
                     help="1: one reply per prompt as --sample-every says; 2, 3, ...: another reply to every prompt, "
                          "all sampled (keys '<prompt key>#r<round>')")
-    ap.add_argument("--dtype", default="bf16", help="bf16 (fast on AMX CPUs) or fp32")
+    add_dtype_option(ap)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--export-replies", default=None,
@@ -156,6 +158,7 @@ def main() -> None:
         ap.error(f"--round counts from 1 (got {args.round})")
     if args.threads:
         torch.set_num_threads(args.threads)
+    announce_dtype(args.dtype)
     generate(args)
 
 

@@ -5,10 +5,11 @@ Usage: python -m core.training.train --data runs/data --out runs/train [--steps 
 Frozen target, embedding and LM head; random anchors over reply tokens, redrawn every epoch; blocks
 [x_a, MASK...] that see the context strictly before their anchor and their own block bidirectionally, never other
 blocks; cross-entropy weighted exp(-(k-1)/gamma); AdamW with warm-up, cosine decay and gradient clipping; bf16
-autocast on CPU. Checkpoints (safetensors + JSON, atomic) every few minutes; rerunning resumes. Every
-`--eval-every` minutes tau is measured on held-out prompts (replayed on fixed greedy replies, `core.judge`, or with
-the real decode loop), and the best drafter so far is exported (z-lab format, bf16). New data shards are picked up
-at each epoch, so training can start while `generate_data` is still running.
+autocast where the hardware computes bf16 natively (`--bf16` / `--no-bf16` choose). Checkpoints (safetensors +
+JSON, atomic) every few minutes; rerunning resumes. Every `--eval-every` minutes tau is measured on held-out prompts
+(replayed on fixed greedy replies, `core.judge`, or with the real decode loop), and the best drafter so far is
+exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
+`generate_data` is still running.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -240,7 +242,8 @@ def train(args) -> None:
         state["best_tau"] = tau["ddtree"]
         state["history"].append({"step": 0, "tau": tau, "init": str(args.init), "time": round(time.time())})
         print(f"start ({args.init}): tau {tau}")
-    bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True)
+    bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True,
+                mininterval=5.0)          # seconds: a readable nohup log
     last_ckpt = last_eval = time.time()
     acc_c = torch.zeros(drafter.block_size - 1)
     acc_n = torch.zeros(drafter.block_size - 1)
@@ -272,7 +275,7 @@ def train(args) -> None:
             acc = (acc_c / acc_n.clamp(min=1)).tolist()
             bar.update(1)
             bar.set_postfix(loss=f"{total:.3f}", **{f"acc{k}": f"{acc[k - 1]:.2f}" for k in (1, 4, 8) if k <= len(acc)},
-                            epoch=state["epoch"])
+                            epoch=state["epoch"], refresh=False)
             now = time.time()
             if now - last_eval > args.eval_every * 60 or state["step"] >= args.steps:
                 tau = evaluate_tau(drafter, target, tok, eval_prompts, args.eval_tokens, references)
@@ -348,7 +351,8 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup", type=float, default=0.04, help="warm-up share of the steps")
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip")
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True, help="bf16 autocast (CPU AMX)")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                    help="bf16 autocast (default: where the hardware computes bf16 natively, as --dtype auto)")
     ap.add_argument("--ckpt-every", type=float, default=5.0, help="minutes between checkpoints")
     ap.add_argument("--eval-every", type=float, default=20.0, help="minutes between tau evaluations")
     ap.add_argument("--eval", choices=("judge", "decode"), default="judge",
@@ -377,6 +381,13 @@ def main(argv=None) -> None:
                  "more slowly, lower --lr)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.bf16 is None:       # emulated bf16 makes a step several times slower than fp32
+        from core.hardware import auto_dtype, cpu_summary
+        from core.models import resolve_device
+
+        choice = auto_dtype(resolve_device("auto").type)
+        args.bf16 = choice.dtype == torch.bfloat16
+        print(f"dtype {choice.name} ({choice.reason}) on {cpu_summary()}", file=sys.stderr)
     train(args)
 
 
