@@ -75,11 +75,11 @@ def summarize(drafted: np.ndarray, p: np.ndarray, reference: list[int]) -> dict:
 
 
 def pool(parts: list[dict]) -> dict:
-    """Sum `summarize` counts over prompts."""
+    """Sum `summarize` counts over prompts, and count the prompts (so that a partial `--out` says how far it got)."""
     def total(get):
         return np.sum([get(part) for part in parts], axis=0).tolist()
 
-    return {**{key: total(lambda part: part[key]) for key in ("n", "right", "chain", "buckets")},
+    return {"prompts": len(parts), **{key: total(lambda part: part[key]) for key in ("n", "right", "chain", "buckets")},
             "offset": {j: total(lambda part: part["offset"][j]) for j in parts[0]["offset"]}}
 
 
@@ -104,16 +104,20 @@ def report(stats: dict) -> str:
 
 def main(argv=None, pair=None) -> dict:
     """`pair` stands in for loading, as in tests."""
+    from core.benchmark import announce_dtype
     from core.judge import parse_reference_args, reference_replies
     from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafter", default=None, help="drafter folder or hub id (default: the pair's own)")
     ap.add_argument("--depth", type=int, default=4, help="drafted depths to examine")
-    ap.add_argument("--out", default=None, help="file for the pooled counts (JSON)")
+    ap.add_argument("--out", default=None,
+                    help="file for the pooled counts (JSON), rewritten as each prompt finishes, so that an "
+                         "interrupted run keeps its counts so far")
     args = parse_reference_args(ap, argv)
     if args.depth < 1:
         ap.error("--depth must be at least 1")
+    announce_dtype(args.dtype, pair)
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     if args.drafter:
         from dataclasses import replace
@@ -125,18 +129,27 @@ def main(argv=None, pair=None) -> dict:
     results = {}
     for dataset in args.datasets.split(","):
         parts = []
-        for prompt_ids, reference in reference_replies(pair, dataset, args.n, args.max_new_tokens):
+        for _, prompt_ids, reference in reference_replies(pair, dataset, args.n, args.max_new_tokens):
             if len(reference) > 1:
                 parts.append(summarize(*anchor_drafts(pair, prompt_ids, reference, args.depth), reference))
+                results[dataset] = pool(parts)
+                if args.out:
+                    write_json(Path(args.out), results)
         if not parts:
             print(f"\n{dataset}: no reply of two tokens or more, nothing to diagnose")
             continue
-        results[dataset] = pool(parts)
         print(f"\n{dataset}, {len(parts)} prompts\n\n{report(results[dataset])}")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1))
+        write_json(Path(args.out), results)
     return results
+
+
+def write_json(path: Path, data) -> None:
+    """Whole or not at all: an interruption mid-write leaves the previous version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import statistics
+from contextlib import nullcontext
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,15 +33,19 @@ def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[in
     return output_ids(run(pair, prompt_ids, DecodeConfig(method="ar", max_new_tokens=max_new_tokens)))
 
 
-def reference_replies(pair, dataset: str, n: int, max_new_tokens: int):
-    """(prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's message,
-    and the target's greedy reply to it (shared with `core.diagnose`)."""
-    from core.benchmark import conversations
+def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set[int] = frozenset()):
+    """(index, prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's
+    message, and the target's greedy reply to it (shared with `core.diagnose`). Prompts whose index is in `skip` (a
+    resumed run has their rows) are not decoded; the progress bar counts them as done, so its ETA is the rest's."""
+    from core.benchmark import conversations, dataset_name, progress
     from core.models import encode_messages
 
-    for turns in conversations(dataset, n):
+    items = conversations(dataset, n)
+    todo = [(index, turns) for index, turns in enumerate(items) if index not in skip]
+    for index, turns in progress(todo, total=len(items), initial=len(items) - len(todo), desc=dataset_name(dataset),
+                                 unit="prompt"):
         prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
-        yield prompt_ids, reference_reply(pair, prompt_ids, max_new_tokens)
+        yield index, prompt_ids, reference_reply(pair, prompt_ids, max_new_tokens)
 
 
 @torch.inference_mode()
@@ -99,12 +104,14 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
 def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Adds and checks the options that choose the prompts and the target's greedy replies to them (shared with
     `core.diagnose`)."""
+    from core.benchmark import add_dtype_option
+
     ap.add_argument("--datasets", default="gsm8k",
                     help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
-    ap.add_argument("--dtype", default="bf16")
+    add_dtype_option(ap)
     args = ap.parse_args(argv)
     if "mt-bench" in args.datasets.split(","):
         ap.error("mt-bench has two turns; use its first turns with --datasets mt-bench-first")
@@ -115,6 +122,7 @@ def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespac
 
 def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
+    from core.benchmark import announce_dtype
     from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -122,7 +130,9 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
                     help="comma-separated drafter folders or hub ids; the first is the one the others are compared to")
     ap.add_argument("--methods", default="chain,ddtree", help="comma-separated: chain, ddtree, presto, presto-beam")
     ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
-    ap.add_argument("--out", default=None, help="folder for rows.jsonl (references and per-step acceptance)")
+    ap.add_argument("--out", default=None,
+                    help="folder for rows.jsonl (per-step acceptance), appended as each prompt finishes; a rerun "
+                         "reuses the rows it finds there and replays only the rest")
     args = parse_reference_args(ap, argv)
     methods, judged_methods = args.methods.split(","), [m for m in METHODS if m != "ar" and m not in AUTO_METHODS]
     for m in methods:
@@ -134,30 +144,53 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
         budgets = [int(b) for b in args.budgets.split(",")]
     except ValueError:
         ap.error(f"--budgets takes whole numbers separated by commas (got {args.budgets!r})")
+    announce_dtype(args.dtype, pair)
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     drafters = drafters or {d: load_drafter(d, pair.target, pair.dtype) for d in args.drafters.split(",")}
-    settings = [(m, b) for m in methods for b in (budgets if m in TREE_METHODS else [0])]
-
-    from dataclasses import replace
+    judged = {(name, method, budget): DecodeConfig(method=method, budget=budget or budgets[0],
+                                                   max_new_tokens=args.max_new_tokens)
+              for name in drafters for method in methods for budget in (budgets if method in TREE_METHODS else [None])}
+    path = Path(args.out) / "rows.jsonl" if args.out else None
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    found = {row_key(r): r for r in map(json.loads, path.read_text().splitlines())} if path and path.exists() else {}
 
     rows = []
-    for dataset in args.datasets.split(","):
-        replies = reference_replies(pair, dataset, args.n, args.max_new_tokens)
-        for index, (prompt_ids, reference) in enumerate(replies):
-            states = reference_states(pair, prompt_ids, reference)
-            for name, drafter in drafters.items():
-                judged = replace(pair, drafter=drafter)
-                for method, budget in settings:
-                    cfg = DecodeConfig(method=method, budget=budget or budgets[0], max_new_tokens=args.max_new_tokens)
-                    steps = replay(judged, prompt_ids, reference, cfg, states)
-                    rows.append({"dataset": dataset, "prompt": index, "drafter": name, "method": method,
-                                 "budget": budget or None, "tokens": len(reference), "steps": len(steps),
-                                 "tau": prompt_tau(steps), "committed": steps})
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        with open(Path(args.out) / "rows.jsonl", "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(path, "a") if path else nullcontext() as f:
+        for dataset in args.datasets.split(","):
+            done = {i for i in range(args.n) if all((dataset, i, *j) in found for j in judged)}
+            replies = reference_replies(pair, dataset, args.n, args.max_new_tokens, skip=done)
+            for index, prompt_ids, reference in replies:
+                missing = {j: cfg for j, cfg in judged.items() if (dataset, index, *j) not in found}
+                new = [{"dataset": dataset, "prompt": index, **r}
+                       for r in judge_prompt(pair, drafters, missing, prompt_ids, reference)]
+                found.update({row_key(r): r for r in new})
+                if f:
+                    f.write("".join(json.dumps(r) + "\n" for r in new))
+                    f.flush()
+                done.add(index)
+            rows += [found[(dataset, i, *j)] for i in sorted(done) for j in judged]
     print(table(rows, list(drafters)))
+    return rows
+
+
+def row_key(row: dict) -> tuple:
+    """What a row measures: (dataset, prompt, drafter, method, budget); a resumed run reuses rows by it."""
+    return row["dataset"], row["prompt"], row["drafter"], row["method"], row["budget"]
+
+
+def judge_prompt(pair, drafters: dict, judged: dict[tuple, DecodeConfig], prompt_ids: list[int],
+                 reference: list[int]) -> list[dict]:
+    """One prompt's rows, less dataset and prompt, for each (drafter name, method, budget) in `judged` (with its
+    config), all on one forward's hidden states."""
+    from dataclasses import replace
+
+    states = reference_states(pair, prompt_ids, reference)
+    rows = []
+    for (name, method, budget), cfg in judged.items():
+        steps = replay(replace(pair, drafter=drafters[name]), prompt_ids, reference, cfg, states)
+        rows.append({"drafter": name, "method": method, "budget": budget, "tokens": len(reference),
+                     "steps": len(steps), "tau": prompt_tau(steps), "committed": steps})
     return rows
 
 

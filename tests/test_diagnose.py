@@ -64,3 +64,24 @@ def test_command_prints_both_tables_writes_counts_and_refuses_bad_depths(tmp_pat
         assert message in capsys.readouterr().err
     assert main(["--datasets", str(prompts), "--n", "1", "--max-new-tokens", "1"], pair=tiny_pair()) == {}
     assert "nothing to diagnose" in capsys.readouterr().out
+
+
+def test_counts_reach_out_as_each_prompt_finishes(tmp_path, monkeypatch):
+    """An interrupted run leaves the counts of the prompts it finished, and says how many."""
+    import core.diagnose as diagnose
+
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "9 8 7 6 5"]))
+    out, drafts, calls = tmp_path / "d.json", diagnose.anchor_drafts, []
+
+    def stop_at_second(*a, **k):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return drafts(*a, **k)
+
+    monkeypatch.setattr(diagnose, "anchor_drafts", stop_at_second)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--datasets", str(prompts), "--n", "2", "--max-new-tokens", "12", "--out", str(out)], pair=tiny_pair())
+    partial = json.loads(out.read_text())[str(prompts)]
+    assert partial["prompts"] == 1 and partial["n"][0] == 11

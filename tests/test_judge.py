@@ -55,6 +55,41 @@ def test_command_compares_drafters_on_shared_references(tmp_path, capsys):
     assert f"| {prompts} | ddtree | 16 | a | 2 |" in table and "higher / lower" in table
 
 
+def test_an_interrupted_command_resumes_to_the_uninterrupted_table(tmp_path, capsys, monkeypatch):
+    """Rows reach --out prompt by prompt; a rerun reuses them, decodes only the prompts without rows, and prints
+    the table and returns the rows an uninterrupted run does."""
+    import core.judge as judge
+
+    pair = tiny_pair()
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "9 8 7 6 5", "3 4 5", "7 7 2 9"]))
+    args = ["--drafters", "a", "--datasets", str(prompts), "--n", "4", "--methods", "chain,ddtree", "--budgets",
+            "4,16", "--max-new-tokens", "12"]
+    whole = main(args + ["--out", str(tmp_path / "whole")], pair=pair, drafters={"a": pair.drafter})
+    expected = capsys.readouterr().out
+
+    judged, decoded = judge.judge_prompt, judge.reference_reply
+    calls = []
+
+    def stop_at_third(*a, **k):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return judged(*a, **k)
+
+    monkeypatch.setattr(judge, "judge_prompt", stop_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        main(args + ["--out", str(tmp_path / "cut")], pair=pair, drafters={"a": pair.drafter})
+    rows_path = tmp_path / "cut" / "rows.jsonl"
+    assert [json.loads(line)["prompt"] for line in rows_path.read_text().splitlines()] == [0] * 3 + [1] * 3
+    monkeypatch.setattr(judge, "judge_prompt", judged)
+    monkeypatch.setattr(judge, "reference_reply", lambda *a: calls.append("decode") or decoded(*a))
+    capsys.readouterr()
+    resumed = main(args + ["--out", str(tmp_path / "cut")], pair=pair, drafters={"a": pair.drafter})
+    assert calls.count("decode") == 2 and resumed == whole and capsys.readouterr().out == expected
+    assert sorted(map(json.loads, rows_path.read_text().splitlines()), key=lambda r: r["prompt"]) == whole
+
+
 @pytest.mark.parametrize("args, message", [
     (["--datasets", "mt-bench"], "mt-bench has two turns"), (["--methods", "ar,chain"], "ar drafts nothing"),
     (["--n", "0"], "must be at least 1"), (["--methods", "ddtree-auto"], "calibrates its budget"),
