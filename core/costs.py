@@ -47,9 +47,11 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
 
 
 @torch.inference_mode()
-def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress=None) -> dict[int, float]:
-    """Median ms of one verification forward of N tree tokens (a random best-first tree) on a cached context.
-    `progress(done, total)` is called after each size (the app shows it; a caller may also pause there)."""
+def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress=None,
+            statistic=statistics.median) -> dict[int, float]:
+    """ms of one verification forward of N tree tokens (a random best-first tree) on a cached context, the
+    `statistic` of `repeats` timings after a warm-up (min resists a CPU shared with other work).
+    `progress(done, total)` is called before each size and at the end (the app shows it; a caller may pause)."""
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
@@ -69,7 +71,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             crop_to(cache, past_len)
-        out[n] = statistics.median(times[1:]) * 1000
+        out[n] = statistic(times[1:]) * 1000
     if progress is not None:
         progress(len(sizes), len(sizes))
     return out
@@ -150,7 +152,7 @@ class BackgroundCurves:
     pauses between sizes while a run decodes (`decoding()`), so a visitor never waits for it and it never
     measures a forward that shares the CPU with a run."""
 
-    def __init__(self, repeats: int = 2):
+    def __init__(self, repeats: int = 3):
         self.repeats, self.curves, self.progress = repeats, {}, {}
         self._busy, self._cond = 0, threading.Condition()
 
@@ -171,7 +173,7 @@ class BackgroundCurves:
                 self._cond.wait_for(lambda: self._busy == 0)
 
         try:
-            self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick)
+            self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick, statistic=min)
         except Exception:  # noqa: BLE001 - a failed measurement leaves the estimate in use, never the app down
             self.progress[name] = (-1, len(SIZES))
 
@@ -191,3 +193,36 @@ class BackgroundCurves:
             with self._cond:
                 self._busy -= 1
                 self._cond.notify_all()
+
+
+def main(argv=None) -> int:
+    """python -m core.costs: measure and cache the curve for a model pair's target (what the app does in the
+    background), so that `ddtree-auto` in the CLI starts from it instead of an estimate."""
+    import argparse
+
+    from tqdm import tqdm
+
+    from core.hardware import describe_dtype
+    from core.models import load_pair
+
+    ap = argparse.ArgumentParser(prog="python -m core.costs", description=main.__doc__)
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--dtype", default="auto", help="auto (default), bf16, fp32 or fp16")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--force", action="store_true", help="measure again even if a curve is cached")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pair = load_pair(args.pair, dtype=args.dtype, with_drafter=False)
+    print(f"dtype {describe_dtype(pair.dtype, pair.device)}")
+    if args.force:
+        _path(pair.target, None).unlink(missing_ok=True)
+    with tqdm(total=len(SIZES), desc="cost curve", unit="size", dynamic_ncols=True) as bar:
+        curve = cost_curve(pair.target, repeats=args.repeats, statistic=min,
+                           progress=lambda done, total: bar.update(done - bar.n))
+    print(f"{_path(pair.target, None)}\n" + "\n".join(f"{n:>4} tokens: {ms:7.1f} ms = {ms / curve[1]:5.2f} one-token "
+                                                       f"forwards" for n, ms in curve.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
