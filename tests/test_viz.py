@@ -10,13 +10,13 @@ from core.tree import root_only
 from tests.test_builders import marginals
 from viz import charts, theme
 from viz.tokens import token_html
-from viz.tree_graph import tidy_layout, tree_figure
+from viz.tree_graph import LABEL_PX, tidy_layout, tree_figure
 
 
-def synthetic_run(budget=20, steps=5, seed=0):
+def synthetic_run(budget=20, steps=5, seed=0, k=5):
     records = [StepRecord(0, root_only(7), [0], 7, [7], "x", {"prefill": 0.01}, [0.9])]
     for s in range(1, steps + 1):
-        logq, tokens = marginals(seed + s, n_pos=6, k=5)
+        logq, tokens = marginals(seed + s, n_pos=6, k=k)
         tree = build_ddtree(logq, tokens, budget, bonus=records[-1].bonus)
         path = [0]
         while True:   # accept along the rank-0 children for two levels
@@ -42,10 +42,61 @@ def test_tree_figure_nodes_path_and_colour_range():
     assert list(bonus.x)[-1] == r.tree.depths[r.accepted[-1]] + 1            # the bonus token follows the path
     assert nodes.marker.cmin == theme.LOG10_PMIN and nodes.marker.cmax == theme.LOG10_PMAX
     assert all(theme.LOG10_PMIN <= c <= 0 for c in nodes.marker.color)
+    assert nodes.marker.colorscale is not None and nodes.marker.showscale is not False   # the colour bar stays
     assert sum(v is None for v in edges.x) == 20                              # one segment per edge
-    assert all("<t" not in str(t) for t in nodes.text)                        # token text is escaped
+    labels = [a.text for a in fig.layout.annotations]
+    assert labels and all("<t" not in t and "&lt;t" in t for t in labels)   # token text is escaped
     big = synthetic_run(budget=400, steps=1)[1]
-    assert type(tree_figure(big, {}).data[1]).__name__ == "Scattergl" and tree_figure(big, {}).data[1].text is None
+    assert type(tree_figure(big, {}).data[1]).__name__ == "Scattergl"
+
+
+def _labelled(fig) -> set:
+    return {(a.x, a.y) for a in fig.layout.annotations}
+
+
+@pytest.mark.parametrize("budget", [64, 256, 512])
+def test_tree_labels_the_path_and_the_top_nodes_of_each_depth_at_any_size(budget):
+    r = synthetic_run(budget=budget, steps=1, k=8)[1]
+    tree = r.tree
+    assert len(tree.tokens) == budget + 1
+    fig = tree_figure(r, {}, height=380)
+    assert fig.layout.height == 380
+    nodes = fig.data[1]
+    at = {i: (nodes.x[i], nodes.y[i]) for i in range(len(tree.tokens))}
+    labelled = _labelled(fig)
+    assert all(at[i] in labelled for i in r.accepted)
+    for d in range(1, tree.max_depth + 1):
+        top = sorted((i for i in range(len(tree.tokens)) if tree.depths[i] == d),
+                     key=lambda i: -tree.prefix_logq[i])[:3]
+        assert all(at[i] in labelled for i in top), d
+    # labels are pushed apart: no two in one column closer than a label's height
+    for column in {a.x for a in fig.layout.annotations}:
+        centres = sorted(_label_centre(fig, a) for a in fig.layout.annotations if a.x == column)
+        assert all(b - a >= LABEL_PX - 1e-6 for a, b in zip(centres, centres[1:]))
+
+
+def _label_centre(fig, a) -> float:
+    """A label's centre in pixels from the plot's top."""
+    lo, hi = fig.layout.yaxis.range
+    span = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    node = (a.y - hi) / (lo - hi) * span
+    return node + (a.ay if a.showarrow else -(a.yshift or 0))
+
+
+def test_tree_colour_scale_has_neither_the_accepted_green_nor_the_bonus_blue():
+    def rgb(c):
+        return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
+
+    for _, colour in theme.COLORSCALE:
+        r, g, b = rgb(colour)
+        assert r >= g and r > b                                               # warm: no green, no blue
+    for accent in (theme.ACCEPTED, theme.BONUS):
+        assert accent not in [c for _, c in theme.COLORSCALE]
+    fig = tree_figure(synthetic_run()[2], {})
+    assert fig.data[1].marker.colorscale == tuple(tuple(s) for s in theme.COLORSCALE)
+    icicle = charts.icicle(synthetic_run()[2], {})
+    off_path = [c for i, c in enumerate(icicle.data[0].marker.colors) if i not in synthetic_run()[2].accepted]
+    assert off_path and all(c.startswith("rgb(") for c in off_path)          # sampled from the same scale
 
 
 def test_tidy_layout_centres_parents():
@@ -67,6 +118,107 @@ def test_budget_curve_is_counterfactual_and_monotone():
     assert len(fig.data) == 4
 
 
+@pytest.mark.parametrize("budget,ticks", [(20, [1, 2, 4, 8, 16]), (400, [1, 2, 4, 8, 16, 32, 64, 128, 256]),
+                                          (512, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])])
+def test_budget_axis_is_ticked_at_powers_of_two_inside_the_data(budget, ticks):
+    fig = charts.budget_figure(synthetic_run(budget=budget, steps=2, k=8))
+    axis = fig.layout.xaxis
+    assert axis.type == "log" and list(axis.tickvals) == ticks and list(axis.ticktext) == [str(t) for t in ticks]
+    chosen = charts.chosen_budgets(synthetic_run(budget=budget, steps=2, k=8)).layout.yaxis2
+    assert chosen.type == "log" and all(t & (t - 1) == 0 for t in chosen.tickvals)
+
+
+def every_figure(records=None):
+    """Every builder's figure, with data and as the empty placeholder."""
+    records = records or synthetic_run()
+    prefill = records[:1]
+    rows = [{"method": "Plain decoding (AR)", "tau": 1.0, "tokens/s": 20.0, "speedup": 1.0, "tokens": 24},
+            {"method": "DDTree", "tau": 3.2, "tokens/s": 50.0, "speedup": 2.5, "tokens": 24}]
+    return {
+        "budget": charts.budget_figure(records, cost_ms={1: 30.0, 32: 45.0, 64: 60.0}, draft_ms=8.0),
+        "budget (empty)": charts.budget_figure(prefill), "chosen": charts.chosen_budgets(records),
+        "chosen (empty)": charts.chosen_budgets(prefill),
+        "tau": charts.tau_per_step(records), "tau (empty)": charts.tau_per_step(prefill),
+        "histogram": charts.histogram(records), "histogram (empty)": charts.histogram(prefill),
+        "depth": charts.depth_rates(records), "depth (empty)": charts.depth_rates(prefill),
+        "time": charts.time_breakdown(records), "time (empty)": charts.time_breakdown(prefill),
+        "calibration": charts.calibration(records), "calibration (empty)": charts.calibration(prefill),
+        "icicle": charts.icicle(records[1], {}), "mask": charts.mask_heatmap(records[1], {}),
+        "mask (too big)": charts.mask_heatmap(synthetic_run(budget=100, steps=1)[1], {}),
+        "compare": charts.compare_bars(rows), "compare (empty)": charts.compare_bars([]),
+        "tree": tree_figure(records[1], {}), "tree (titled)": tree_figure(records[1], {}, title="step 1", height=380),
+    }
+
+
+def test_every_figure_has_a_descriptive_title_and_a_transparent_background():
+    for name, fig in every_figure().items():
+        assert len(fig.layout.title.text or "") > 12, name
+        assert fig.layout.paper_bgcolor == fig.layout.plot_bgcolor == "rgba(0,0,0,0)", name
+        if not fig.data:                                                      # a placeholder says what will come
+            assert "appear" in fig.layout.annotations[0].text or "at most" in fig.layout.annotations[0].text, name
+    assert "Draft tree" in every_figure()["tree (titled)"].layout.title.text
+
+
+def test_every_mark_has_a_legend_entry():
+    for name, fig in every_figure().items():
+        if not fig.data:
+            continue
+        assert fig.layout.showlegend, name
+        shown = {t.legendgroup for t in fig.data if t.type != "icicle" and t.showlegend is not False}
+        for t in fig.data:
+            assert t.name, (name, t.type)
+            if t.type in ("icicle", "heatmap"):                               # no legend of their own: a key beside
+                assert sum(u.type == "scatter" and u.showlegend is not False for u in fig.data) >= 2, name
+            elif t.showlegend is False:
+                assert t.legendgroup and t.legendgroup in shown, (name, t.name)
+    tau = every_figure()["tau"]
+    assert [t.name for t in tau.data][0] == "τ of the step" and "oracle bound" in tau.data[1].name
+    assert "top-K" in tau.data[1].name
+    tree = [t.name for t in every_figure()["tree"].data if t.showlegend is not False]
+    assert any("drafted node" in n for n in tree) and "accepted path" in tree and any("bonus" in n for n in tree)
+
+
+def test_axes_make_room_for_their_titles_and_tick_labels():
+    for name, fig in every_figure().items():
+        template = fig.layout.template.layout
+        assert template.xaxis.automargin and template.yaxis.automargin, name
+        assert template.yaxis.title.standoff and template.xaxis.title.standoff, name
+        for axis in [k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
+            assert fig.layout[axis].automargin is not False, (name, axis)
+    budget = every_figure()["budget"]
+    assert budget.layout.yaxis2.title.text and budget.layout.margin.r >= 20
+
+
+def test_dark_css_is_scoped_to_dark_and_covers_plots_and_tokens():
+    css = theme.DARK_CSS
+    rules = [r.strip() for r in css.split("}") if r.strip()]
+    assert rules
+    for rule in rules:
+        selectors, depth, part = [], 0, ""
+        for ch in rule.split("{")[0]:                                         # commas inside [..] and (..) stay
+            depth += ch in "[(" and 1 or ch in "])" and -1 or 0
+            if ch == "," and depth == 0:
+                selectors.append(part)
+                part = ""
+            else:
+                part += ch
+        selectors.append(part)
+        assert all(s.strip().startswith(".dark ") for s in selectors), rule
+    assert ".js-plotly-plot" in css and "text" in css and "!important" in css and ".hoverlayer" in css
+    assert ".tok.acc" in css and ".tok.bonus" in css
+    assert f"rgb({int(theme.TEXT[1:3], 16)}, {int(theme.TEXT[3:5], 16)}, {int(theme.TEXT[5:7], 16)})" in css
+    assert every_figure()["tau"].layout.font.color == theme.TEXT                # the fill DARK_CSS recolours
+
+
+def test_compare_bars_takes_rows_as_dicts_with_extra_keys():
+    rows = [{"method": "Plain decoding (AR)", "tau": 1.0, "tokens/s": 20.0, "speedup": 1.0, "tokens": 24,
+             "identical": True},
+            {"method": "DDTree", "tau": 3.2, "tokens/s": 50.0, "speedup": 2.5}]
+    fig = charts.compare_bars(rows)
+    assert len(fig.data) == 3 and list(fig.data[1].y) == ["Plain decoding (AR)", "DDTree"]
+    assert list(fig.data[2].x) == [1.0, 2.5]
+
+
 def test_other_charts_and_token_html():
     records = synthetic_run()
     for fig in (charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
@@ -75,7 +227,7 @@ def test_other_charts_and_token_html():
         assert fig.data
     assert sum(charts.histogram(records).data[0].y) == pytest.approx(100)
     too_big = charts.mask_heatmap(synthetic_run(budget=100, steps=1)[1], {})
-    assert not too_big.data and "at most" in too_big.layout.annotations[0].text
+    assert not too_big.data and "at most" in too_big.layout.annotations[0].text and too_big.layout.title.text
     html = token_html(records, {t: "<b>" for t in range(60)})
     assert "<b>" not in html.replace('<span class="tok', "") and "&lt;b&gt;" in html
     assert html.count('class="tok acc') - 1 == sum(r.accepted_drafts for r in records)   # - the legend's
@@ -97,8 +249,9 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
     assert [r.step for r in records] == list(range(len(records)))
     assert "τ" in updates[-1][3] and "speed-up" in updates[-1][3]
     # replay an earlier step from the stored records
-    tree, icicle, mask, explain, _ = app.show_step(1, "tiny", state)
-    assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain
+    tree, icicle, mask, explain, _, caption = app.show_step(1, "tiny", state)
+    assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain and caption
+    assert tree.layout.height == app.TREE_HEIGHT and "Draft tree" in tree.layout.title.text
     # Step: exactly one decoding step per press, the first being the prefill
     s = None
     for k in range(3):
@@ -150,6 +303,6 @@ def test_app_compare_reports_identical_outputs(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         updates = list(app.compare("0 5 6 7 8", 16, 0.0, 1.0, 0, 20, 0, "tiny"))
-    rows, fig, verdict = updates[-1]
-    assert [r["method"] for r in rows] == ["Plain decoding (AR)", "DFlash chain", "DDTree", "PRESTO"]
-    assert rows[0]["speedup"] == 1.0 and "identical" in verdict and len(fig.data) == 3
+    table, fig, verdict = updates[-1]
+    assert [row[0] for row in table] == list(app.COMPARED) == list(fig.data[0].y)
+    assert table[0][4] == "1.00×" and "identical" in verdict and len(fig.data) == 3

@@ -10,6 +10,10 @@ import plotly.graph_objects as go
 from core.tree import ancestor_mask
 from viz import theme
 
+PHASES = {"draft": ("draft: drafter forward", theme.DRAFT), "tree": ("tree: build the draft tree", theme.ORACLE),
+          "verify": ("verify: target forward", theme.BONUS), "accept": ("accept: walk and commit", theme.ACCEPTED)}
+MASKED = "rgba(128, 128, 128, 0.12)"   # a masked cell: mid-tone, so the matrix reads on light and dark
+
 
 def _decode(records):
     return [r for r in records if r.step > 0]
@@ -40,17 +44,18 @@ def budget_curves(records) -> dict:
 
 def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: float | None = None) -> go.Figure:
     """Acceptance against node budget; with the verification-cost curve, the estimated speed-up per budget."""
+    title = "Acceptance length vs node budget"
     c = budget_curves(records)
-    fig = go.Figure()
     if not c:
         if any(r.tree.size for r in _decode(records)):
             return chosen_budgets(records)
-        return _empty("acceptance vs budget appears after the first speculative step")
+        return _empty(title, "τ against the node budget b appears here after the first speculative step")
     b = c["budgets"]
+    fig = go.Figure()
     fig.add_scatter(x=b, y=c["tau"], name="τ if the budget had been b (same steps)", line=dict(color=theme.ACCEPTED))
     fig.add_scatter(x=b, y=c["expected"], name="expected: 1 + Σ q(u) of the first b nodes",
                     line=dict(color=theme.ACCEPTED, dash="dot"))
-    fig.add_scatter(x=[c["achieved"][0]], y=[c["achieved"][1]], mode="markers", name="achieved",
+    fig.add_scatter(x=[c["achieved"][0]], y=[c["achieved"][1]], mode="markers", name="achieved (this run)",
                     marker=dict(size=13, color=theme.BONUS, symbol="diamond"))
     if cost_ms and draft_ms is not None:
         sizes = np.array(sorted(cost_ms))
@@ -58,84 +63,114 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
         speedup = c["tau"] * cost_ms[sizes[0]] / (draft_ms + verify)
         fig.add_scatter(x=b, y=speedup, name="estimated speed-up (τ · t_AR / (t_draft + t_verify(b)))",
                         yaxis="y2", line=dict(color=theme.ORACLE))
-        fig.update_layout(yaxis2=dict(title="est. speed-up ×", overlaying="y", side="right", showgrid=False))
-    fig.update_layout(**theme.layout(title="Acceptance length vs node budget", showlegend=True,
-                                     legend=dict(orientation="h", y=-0.25),
-                                     xaxis=dict(title="node budget b", type="log"), yaxis=dict(title="τ")))
+        fig.update_layout(yaxis2=dict(title="est. speed-up ×", overlaying="y", side="right", showgrid=False,
+                                      tickmode="auto"))
+        title += " and estimated speed-up"
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="node budget b", **_budget_ticks(b[0], b[-1])),
+                                     yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 
 
 def chosen_budgets(records) -> go.Figure:
     """Adaptive-budget runs: the budget chosen at each step against the acceptance it bought."""
+    title = "Adaptive budget: the budget chosen per step"
     steps = [r for r in _decode(records) if r.draft_tokens is not None]
+    if not steps:
+        return _empty(title, "the node budget chosen at each step appears here after the first speculative step")
+    budgets = [max(1, r.budget_used) for r in steps]
+    lo, hi = math.floor(math.log2(min(budgets))), math.ceil(math.log2(max(budgets)))
+    lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+    ticks = _budget_ticks(2 ** lo, 2 ** hi) | dict(range=[lo * math.log10(2), hi * math.log10(2)])
     fig = go.Figure()
-    fig.add_scatter(x=[r.step for r in steps], y=[r.budget_used for r in steps], mode="lines+markers",
-                    name="budget chosen", line=dict(color=theme.ORACLE),
-                    hovertemplate="step %{x}: budget %{y}<extra></extra>")
-    fig.add_bar(x=[r.step for r in steps], y=[r.tau for r in steps], name="τ", yaxis="y2",
+    fig.add_bar(x=[r.step for r in steps], y=[r.tau for r in steps], name="τ of the step",
                 marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
-    fig.update_layout(**theme.layout(title="Adaptive budget: the budget chosen per step", showlegend=True,
-                                     legend=dict(orientation="h", y=-0.25), xaxis=dict(title="step"),
-                                     yaxis=dict(title="node budget b"),
-                                     yaxis2=dict(title="τ", overlaying="y", side="right", showgrid=False)))
+    fig.add_scatter(x=[r.step for r in steps], y=budgets, mode="lines+markers", name="node budget chosen",
+                    yaxis="y2", line=dict(color=theme.ORACLE), hovertemplate="step %{x}: budget %{y}<extra></extra>")
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="step"), yaxis=dict(title="τ of the step", dtick=1),
+                                     yaxis2=dict(title="node budget b", overlaying="y", side="right", showgrid=False,
+                                                 **ticks)))
     return fig
 
 
+def _budget_ticks(lo: float, hi: float) -> dict:
+    """A log budget axis ticked at the powers of two from lo to hi: 1, 2, 4, 8, ... (not Plotly's "10 2 3")."""
+    ticks = [t for t in theme.TICKS if lo <= t <= hi]
+    return dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
+
+
 def tau_per_step(records) -> go.Figure:
+    """τ of every step, with the oracle bound where the run recorded it."""
+    title = "Acceptance length τ per step"
     steps = _decode(records)
+    if not steps:
+        return _empty(title, "τ of each step appears here after the first speculative step")
     fig = go.Figure(go.Bar(x=[r.step for r in steps], y=[r.tau for r in steps], marker_color=theme.ACCEPTED,
-                           hovertemplate="step %{x}: τ %{y}<extra></extra>"))
-    if steps and steps[0].oracle_depth is not None:
+                           name="τ of the step", hovertemplate="step %{x}: τ %{y}<extra></extra>"))
+    if steps[0].oracle_depth is not None:
         fig.add_scatter(x=[r.step for r in steps], y=[1 + (r.oracle_depth or 0) for r in steps], mode="markers",
-                        marker=dict(color=theme.ORACLE, symbol="line-ew-open", size=14), name="oracle")
-    fig.update_layout(**theme.layout(title="Acceptance length per step", xaxis=dict(title="step"),
-                                     yaxis=dict(title="τ (tokens / target forward)")))
+                        marker=dict(color=theme.ORACLE, symbol="line-ew-open", size=14, line=dict(width=3)),
+                        name="oracle bound on τ: 1 + deepest depth the target's continuation stays in the "
+                             "drafter's top-K",
+                        hovertemplate="step %{x}: oracle bound τ ≤ %{y}<extra></extra>")
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="step"), yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 
 
 def histogram(records) -> go.Figure:
+    title = "Acceptance histogram: how often each τ occurred"
     taus = [r.tau for r in _decode(records)]
-    values, counts = np.unique(taus, return_counts=True) if taus else ([], [])
-    fig = go.Figure(go.Bar(x=list(values), y=[100 * c / max(1, len(taus)) for c in counts],
-                           marker_color=theme.ACCEPTED, hovertemplate="τ = %{x}: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(**theme.layout(title="Acceptance histogram", xaxis=dict(title="τ of a step", dtick=1),
-                                     yaxis=dict(title="% of steps")))
+    if not taus:
+        return _empty(title, "the share of steps per τ appears here after the first speculative step")
+    values, counts = np.unique(taus, return_counts=True)
+    fig = go.Figure(go.Bar(x=list(values), y=[100 * c / len(taus) for c in counts], marker_color=theme.ACCEPTED,
+                           name="steps with this τ (%)",
+                           hovertemplate="τ = %{x}: %{y:.1f}% of steps<extra></extra>"))
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="τ of a step", dtick=1), yaxis=dict(title="% of steps")))
     return fig
 
 
 def depth_rates(records) -> go.Figure:
+    title = "Per-depth acceptance rate"
     steps = _decode(records)
     depth = max((r.tree.max_depth for r in steps), default=0)
-    rates = [100 * sum(r.accepted_drafts >= d for r in steps) / max(1, len(steps)) for d in range(1, depth + 1)]
+    if not depth:
+        return _empty(title, "the share of steps accepting each depth appears here after the first speculative step")
+    rates = [100 * sum(r.accepted_drafts >= d for r in steps) / len(steps) for d in range(1, depth + 1)]
     fig = go.Figure(go.Bar(x=list(range(1, depth + 1)), y=rates, marker_color=theme.ACCEPTED,
+                           name="steps accepting a draft at depth ≥ d (%)",
                            hovertemplate="depth %{x}: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(**theme.layout(title="Per-depth acceptance rate", xaxis=dict(title="depth", dtick=1),
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="depth d", dtick=1),
                                      yaxis=dict(title="% of steps accepting depth ≥ d", range=[0, 100])))
     return fig
 
 
 def time_breakdown(records) -> go.Figure:
+    title = "Time per step, by phase"
     steps = _decode(records)
-    colors = {"draft": "#8b5cf6", "tree": theme.ORACLE, "verify": theme.BONUS, "accept": theme.ACCEPTED}
-    fig = go.Figure([go.Bar(x=[r.step for r in steps], y=[1000 * r.seconds.get(p, 0.0) for r in steps], name=p,
-                            marker_color=c) for p, c in colors.items()])
-    fig.update_layout(**theme.layout(title="Time per step", barmode="stack", showlegend=True,
-                                     xaxis=dict(title="step"), yaxis=dict(title="ms")))
+    if not steps:
+        return _empty(title, "the time of each step's phases appears here after the first speculative step")
+    fig = go.Figure([go.Bar(x=[r.step for r in steps], y=[1000 * r.seconds.get(p, 0.0) for r in steps], name=name,
+                            marker_color=color, hovertemplate=f"step %{{x}}: {p} %{{y:.1f}} ms<extra></extra>")
+                     for p, (name, color) in PHASES.items()])
+    fig.update_layout(**theme.layout(title, barmode="stack", xaxis=dict(title="step"),
+                                     yaxis=dict(title="time (ms)")))
     return fig
 
 
 def calibration(records) -> go.Figure:
+    title = "Calibration: expected vs accepted drafts per step"
     steps = [r for r in _decode(records) if r.tree.size > 0]
+    if not steps:
+        return _empty(title, "expected against accepted drafts appears here after the first step with a draft tree")
     exp = [r.expected_accepted for r in steps]
     real = [r.accepted_drafts for r in steps]
     top = max(exp + real + [1])
     fig = go.Figure([go.Scatter(x=[0, top], y=[0, top], mode="lines", line=dict(color=theme.EDGE, dash="dash"),
-                                hoverinfo="skip"),
-                     go.Scatter(x=exp, y=real, mode="markers", marker=dict(color=theme.BONUS, opacity=0.6),
-                                text=[f"step {r.step}" for r in steps],
+                                name="perfect calibration (accepted = expected)", hoverinfo="skip"),
+                     go.Scatter(x=exp, y=real, mode="markers", marker=dict(color=theme.BONUS, opacity=0.75, size=9),
+                                name="a step", text=[f"step {r.step}" for r in steps],
                                 hovertemplate="%{text}: expected %{x:.2f}, accepted %{y}<extra></extra>")])
-    fig.update_layout(**theme.layout(title="Calibration: expected vs accepted drafts per step",
-                                     xaxis=dict(title="expected accepted drafts Σ q(u)"),
+    fig.update_layout(**theme.layout(title, xaxis=dict(title="expected accepted drafts Σ q(u)"),
                                      yaxis=dict(title="accepted drafts")))
     return fig
 
@@ -146,45 +181,76 @@ def icicle(record, texts: dict[int, str], max_nodes: int = 600) -> go.Figure:
     tree = record.tree
     n = min(len(tree.tokens), max_nodes)
     path = set(record.accepted)
+    colours = theme.prefix_colours(tree.prefix_logq[:n])
     fig = go.Figure(go.Icicle(
         ids=[str(i) for i in range(n)], parents=[""] + [str(tree.parents[i]) for i in range(1, n)],
         labels=[theme.label(texts.get(t, str(t))) for t in tree.tokens[:n]],
-        values=[math.exp(s) for s in tree.prefix_logq[:n]], branchvalues="total",
-        marker=dict(colors=[theme.ACCEPTED if i in path else "#e2e8f0" for i in range(n)]),
-        tiling=dict(orientation="h"), hovertemplate="%{label}<br>q(prefix) %{value:.2e}<extra></extra>"))
-    fig.update_layout(**theme.layout(title="Prefix probabilities (icicle)", margin=dict(l=5, r=5, t=40, b=5)))
+        values=[math.exp(s) for s in tree.prefix_logq[:n]], branchvalues="total", name="draft tree",
+        marker=dict(colors=[theme.ACCEPTED if i in path else colours[i] for i in range(n)],
+                    line=dict(color=theme.EDGE, width=0.5)),
+        tiling=dict(orientation="h"), leaf=dict(opacity=1),
+        hovertemplate="%{label}<br>q(prefix) %{value:.2e}<extra></extra>"))
+    # legend and colour bar only: the icicle trace itself has neither
+    fig.add_scatter(x=[None], y=[None], mode="markers", name="drafted node (colour: log₁₀ q(prefix))",
+                    marker=dict(symbol="square", size=12, color=[theme.LOG10_PMAX / 2 + theme.LOG10_PMIN / 2],
+                                cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX, colorscale=theme.COLORSCALE,
+                                showscale=True, colorbar=theme.colorbar()))
+    fig.add_scatter(x=[None], y=[None], mode="markers", name="accepted path",
+                    marker=dict(symbol="square", size=12, color=theme.ACCEPTED))
+    fig.update_layout(**theme.layout("Prefix probabilities of the draft tree (icicle)",
+                                     "width = share of the parent's probability; gaps = mass the tree did not draft",
+                                     margin=dict(l=5, r=5, t=60, b=40),
+                                     xaxis=dict(visible=False), yaxis=dict(visible=False)))
     return fig
 
 
 def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:
+    title = "Ancestor-only attention mask (row attends to column)"
     tree = record.tree
     if len(tree.tokens) > limit:
-        return _empty(f"the mask is shown for trees of at most {limit} nodes (this one has {len(tree.tokens)})")
-    labels = [f"{i}:{theme.label(texts.get(t, str(t)))}" for i, t in enumerate(tree.tokens)]
+        return _empty(title, f"the mask is shown for trees of at most {limit} nodes (this one has "
+                             f"{len(tree.tokens)})")
+    labels = [f"{i}:{theme.label(texts.get(t, str(t)), 16)}" for i, t in enumerate(tree.tokens)]
     fig = go.Figure(go.Heatmap(z=ancestor_mask(tree).astype(int), x=labels, y=labels, showscale=False,
-                               colorscale=[[0, "#f8fafc"], [1, theme.BONUS]],
+                               colorscale=[[0, MASKED], [1, theme.BONUS]], xgap=1, ygap=1, name="mask",
                                hovertemplate="%{y} sees %{x}: %{z}<extra></extra>"))
-    fig.update_layout(**theme.layout(title="Ancestor-only attention mask (row attends to column)",
-                                     yaxis=dict(autorange="reversed"), height=max(360, 14 * len(labels) + 120)))
+    for name, colour in (("row attends to column (an ancestor or itself)", theme.BONUS), ("masked", MASKED)):
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=name,
+                        marker=dict(symbol="square", size=12, color=colour, line=dict(color=theme.LINE, width=1)))
+    fig.update_layout(**theme.layout(title, xaxis=dict(tickangle=-90, showgrid=False),
+                                     yaxis=dict(autorange="reversed", showgrid=False),
+                                     height=max(380, 14 * len(labels) + 180)))
     return fig
+
 
 
 def compare_bars(rows: list[dict]) -> go.Figure:
-    """τ, tokens/s and speed-up per method, side by side."""
+    """τ, tokens/s and speed-up per method, side by side; rows are dicts with "method", "tau", "tokens/s" and
+    "speedup" (other keys are ignored)."""
     from plotly.subplots import make_subplots
 
-    names = [r["method"] for r in rows]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("τ (tokens / target forward)", "tokens/s", "speed-up ×"))
-    for col, (key, color) in enumerate((("tau", theme.ACCEPTED), ("tokens/s", "#8b5cf6"),
-                                        ("speedup", theme.BONUS)), start=1):
-        fig.add_bar(x=names, y=[r[key] for r in rows], marker_color=color, row=1, col=col,
-                    hovertemplate="%{x}: %{y}<extra></extra>")
-    fig.update_layout(**theme.layout(title="Compare methods (same prompt and settings)", height=360))
+    title = "Compare methods (same prompt and settings)"
+    if not rows:
+        return _empty(title, "τ, tokens/s and speed-up of each method appear here once the comparison runs")
+    names = [str(r.get("method", "?")) for r in rows]
+    metrics = (("tau", "τ (tokens / target forward)", theme.ACCEPTED), ("tokens/s", "tokens/s", theme.DRAFT),
+               ("speedup", "speed-up × (vs plain decoding)", theme.BONUS))
+    fig = make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[m[1] for m in metrics])
+    for col, (key, name, colour) in enumerate(metrics, start=1):
+        fig.add_bar(y=names, x=[r.get(key) for r in rows], orientation="h", marker_color=colour, name=name,
+                    texttemplate="%{x}", textposition="auto", row=1, col=col,
+                    hovertemplate="%{y}: %{x}<extra>" + name + "</extra>")
+    fig.update_annotations(font_size=13)          # the subplot titles, under the figure's own
+    fig.update_layout(**theme.layout(title, height=380, margin=dict(l=50, r=30, t=80, b=50),
+                                     yaxis=dict(autorange="reversed")))
     return fig
 
 
-def _empty(message: str) -> go.Figure:
+def _empty(title: str, message: str) -> go.Figure:
+    """A placeholder with the chart's title and what will appear there."""
     fig = go.Figure()
-    fig.update_layout(**theme.layout(xaxis=dict(visible=False), yaxis=dict(visible=False),
-                                     annotations=[dict(text=message, showarrow=False, font=dict(color="#64748b"))]))
+    fig.update_layout(**theme.layout(title, showlegend=False, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                                     annotations=[dict(text=message, showarrow=False,
+                                                       font=dict(color=theme.MUTED))]))
     return fig

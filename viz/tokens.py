@@ -2,13 +2,14 @@
 
 Green = a drafted token the target accepted; blue = the target's own token (the bonus after each accepted path,
 and the prefill's first token). Hover shows the step, the depth and the target's probability. Token text is
-escaped: it is data, never markup.
+escaped: it is data, never markup. The dark-theme colours are in theme.DARK_CSS (the legend's class is not
+`legend`, which Plotly's own legend uses).
 """
 from __future__ import annotations
 
 from viz import theme
 
-LEGEND = ('<div class="legend"><span class="tok acc">accepted draft</span> '
+LEGEND = ('<div class="tokens-legend"><span class="tok acc">accepted draft</span> '
           '<span class="tok bonus">target (bonus) token</span> <span class="stepmark">│</span> step boundary</div>')
 
 CSS = f"""
@@ -18,7 +19,7 @@ CSS = f"""
 .tok.acc {{ background: {theme.ACCEPTED}22; border-bottom: 2px solid {theme.ACCEPTED}; }}
 .tok.bonus {{ background: {theme.BONUS}22; border-bottom: 2px solid {theme.BONUS}; }}
 .tok.first {{ box-shadow: -2px 0 0 #64748b; }}
-.legend {{ font-size: 12px; color: #475569; margin-bottom: 6px; }}
+.tokens-legend {{ font-size: 12px; color: #475569; margin-bottom: 6px; }}
 .stepmark {{ color: #64748b; font-weight: bold; }}
 """
 

@@ -1,8 +1,10 @@
 """The draft tree of one step as a tidy tree, depth left to right so it reads like text.
 
-Node colour is log10 of the prefix probability q(u) on a range fixed for the whole run; the accepted path is drawn
-on top, and the target's bonus token follows it as a distinct node. Labels only where they fit; WebGL above 300
-nodes. Inputs are a StepRecord and a token-id -> text map; no model is touched.
+Node colour is log10 of the prefix probability q(u) on a range fixed for the whole run, on a scale with no green and
+no blue; the accepted path is drawn on top in green, and the target's bonus token follows it as a blue star. Labelled
+at any size: the accepted path, the bonus and the most probable nodes of each depth, pushed apart (with a leader line)
+so they do not overlap at the figure's height; other nodes where their label fits. WebGL above 300 nodes. Inputs are
+a StepRecord and a token-id -> text map; no model is touched.
 """
 from __future__ import annotations
 
@@ -12,8 +14,16 @@ import plotly.graph_objects as go
 
 from viz import theme
 
-LABEL_LIMIT = 64   # nodes up to which every node is labelled (above: only the accepted path)
+TOP_PER_DEPTH = 3   # most probable nodes of each depth that are always labelled
 GL_LIMIT = 300
+LABEL_PX = 13       # vertical room of one label
+LABEL_CHARS = 10    # longer token texts are cut in the label (the hover has them whole)
+PATH_DROP_PX = 9    # a path label's centre sits this far below (or above) its node, off the path's line
+GAP_PX = 8          # from a node's centre to its label
+OPTIONAL_PER_COLUMN = 8   # other nodes labelled per depth at most, where there is room
+# labels are spaced for this plot area: Gradio gives a titled, labelled plot a top margin of at least 100 px;
+# the x-axis title and the legend are below the plot
+MARGIN = dict(l=10, r=10, t=100, b=80)
 
 
 def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> list[float]:
@@ -43,10 +53,17 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 
 
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None) -> go.Figure:
+    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it)."""
     tree = record.tree
     n = len(tree.tokens)
     y = tidy_layout(tree.parents, tree.score)
     x = list(tree.depths)
+    leaves = max(y) + 1 if y else 1
+    height = height or int(min(900, max(340, 26 * leaves + 160)))
+    span_px = max(1.0, height - MARGIN["t"] - MARGIN["b"])
+    pad_px = LABEL_PX                                   # room above the top node for its label
+    slot_px = max(0.1, span_px - pad_px) / (leaves + 1)
+    top = -1 - pad_px / slot_px
     on_path = set(record.accepted)
     scatter = go.Scattergl if n > GL_LIMIT else go.Scatter
 
@@ -55,22 +72,20 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
         p = tree.parents[i]
         ex += [x[p], x[i], None]
         ey += [y[p], y[i], None]
-    edges = scatter(x=ex, y=ey, mode="lines", line=dict(color=theme.EDGE, width=1), hoverinfo="skip")
+    edges = scatter(x=ex, y=ey, mode="lines", line=dict(color=theme.EDGE, width=1), hoverinfo="skip",
+                    name="tree edge", legendgroup="nodes", showlegend=False)
 
-    log10p = [max(theme.LOG10_PMIN, s / math.log(10)) for s in tree.prefix_logq]
     p_walk = {node: p for node, p in zip(record.accepted[1:], record.p_committed)}
     labels = [theme.label(texts.get(t, str(t))) for t in tree.tokens]
     custom = [[labels[i], tree.tokens[i], tree.depths[i], tree.ranks[i], math.exp(tree.logq[i]),
                math.exp(tree.prefix_logq[i]), tree.score[i],
                f"{p_walk[i]:.3f}" if i in p_walk else "–", "accepted" if i in on_path else "not accepted"]
               for i in range(n)]
-    show_text = n <= LABEL_LIMIT
     nodes = scatter(
-        x=x, y=y, mode="markers+text" if show_text else "markers",
-        text=labels if show_text else None, textposition="top center", textfont=dict(size=11),
-        marker=dict(size=12 if n <= 128 else 7, color=log10p, cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX,
-                    colorscale=theme.COLORSCALE, line=dict(width=0.5, color="white"),
-                    colorbar=dict(title=dict(text="log₁₀ q(prefix)"), thickness=12)),
+        x=x, y=y, mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
+        marker=dict(size=max(4, min(12, int(slot_px))), color=theme.log10_prefix(tree.prefix_logq),
+                    cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX, colorscale=theme.COLORSCALE,
+                    line=dict(width=0.5, color="rgba(255, 255, 255, 0.6)"), colorbar=theme.colorbar()),
         customdata=custom,
         hovertemplate=("<b>%{customdata[0]}</b> (id %{customdata[1]})<br>depth %{customdata[2]}, rank "
                        "%{customdata[3]}<br>q (drafter) %{customdata[4]:.3f}<br>q(prefix) %{customdata[5]:.2e}<br>"
@@ -82,22 +97,97 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     bonus_x, bonus_y = x[last] + 1, y[last]
     px = [x[i] for i in path] + [bonus_x]
     py = [y[i] for i in path] + [bonus_y]
-    accepted = scatter(x=px[:-1], y=py[:-1], mode="lines+markers+text", line=dict(color=theme.ACCEPTED, width=4),
-                       marker=dict(size=15, color=theme.ACCEPTED, line=dict(width=1, color="white")),
-                       text=[labels[i] for i in path], textposition="bottom center",
-                       textfont=dict(color=theme.ACCEPTED, size=12), hoverinfo="skip")
-    bonus_label = theme.label(texts.get(record.bonus, str(record.bonus)))
-    bonus = scatter(x=px[-2:], y=py[-2:], mode="lines+markers+text",
+    accepted = scatter(x=px[:-1], y=py[:-1], mode="lines+markers", name="accepted path",
+                       line=dict(color=theme.ACCEPTED, width=4),
+                       marker=dict(size=13, color=theme.ACCEPTED, line=dict(width=1, color="white")), hoverinfo="skip")
+    bonus_text = texts.get(record.bonus, str(record.bonus))
+    bonus_label = theme.label(bonus_text)
+    bonus = scatter(x=px[-2:], y=py[-2:], mode="lines+markers", name="bonus token (the target's own token)",
                     line=dict(color=theme.BONUS, width=3, dash="dot"),
                     marker=dict(size=[0, 16], color=theme.BONUS, symbol="star"),
-                    text=["", bonus_label], textposition="bottom center", textfont=dict(color=theme.BONUS, size=12),
                     hovertemplate=f"bonus token from the target: <b>{bonus_label}</b><extra></extra>")
-    leaves = max(y) + 1 if y else 1
+
+    # labels beside their nodes; the path's below its green line where the line rises, above where it falls
+    texts_of = [bonus_text if i < 0 else texts.get(tree.tokens[i], str(tree.tokens[i])) for i in range(-1, n)]
+    where = {i: (x[i], y[i]) for i in range(n)} | {-1: (bonus_x, bonus_y)}
+    node_px = {i: pad_px + (yy + 1) * slot_px for i, (_, yy) in where.items()}
+    natural = dict(node_px)
+    for i, nxt in zip(path, path[1:] + [-1]):
+        natural[i] += PATH_DROP_PX if where[nxt][1] <= where[i][1] else -PATH_DROP_PX
+    must = [(i, theme.ACCEPTED) for i in path] + [(-1, theme.BONUS)] + \
+        [(i, None) for i in top_per_depth(tree.depths, tree.prefix_logq) if i not in on_path]
+    may = sorted((i for i in range(n) if i not in on_path), key=lambda i: -tree.prefix_logq[i])
+    spots = place_labels([(i, where[i][0], natural[i]) for i, _ in must], [(i, x[i], natural[i]) for i in may],
+                         span_px)
+    colour = dict(must)
+    annotations = [_annotation(*where[i], spot - node_px[i], abs(spot - natural[i]) > 2,
+                               theme.label(texts_of[i + 1], LABEL_CHARS), colour.get(i)) for i, spot in spots.items()]
+
+    if not title:
+        title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
     fig = go.Figure([edges, nodes, accepted, bonus])
     fig.update_layout(**theme.layout(
-        title=dict(text=title, x=0.01, font=dict(size=14)),
-        height=height or int(min(900, max(320, 26 * leaves + 120))),
+        title if "tree" in title.lower() else f"Draft tree, {title}", height=height, margin=MARGIN,
+        annotations=annotations,
         xaxis=dict(title="depth (tokens after the bonus root)", dtick=1, zeroline=False, showgrid=True,
-                   gridcolor="#f1f5f9", range=[-0.6, max(x) + 1.8]),
-        yaxis=dict(visible=False, range=[leaves, -1])))
+                   range=[-0.5, max(bonus_x, max(x)) + 0.6]),
+        yaxis=dict(visible=False, range=[leaves, top])))
     return fig
+
+
+def top_per_depth(depths: list[int], prefix_logq: list[float], k: int = TOP_PER_DEPTH) -> list[int]:
+    """The k most probable nodes (by prefix probability) of every depth, most probable first."""
+    by_depth: dict[int, list[int]] = {}
+    for i in sorted(range(1, len(depths)), key=lambda i: -prefix_logq[i]):
+        if len(by_depth.setdefault(depths[i], [])) < k:
+            by_depth[depths[i]].append(i)
+    return [i for d in sorted(by_depth) for i in by_depth[d]]
+
+
+def place_labels(must: list[tuple], may: list[tuple], span_px: float) -> dict:
+    """Label centres in pixels from the plot's top, {key: px}, for labels (key, column, wanted px). `must` labels
+    are all shown: within a column, labels closer than LABEL_PX form a block centred on what they want (kept inside
+    the plot); `may` labels are shown, in order, only where one fits where it wants to be with room to spare, at
+    most OPTIONAL_PER_COLUMN a column."""
+    columns: dict[float, list[tuple]] = {}
+    for key, column, at in must:
+        columns.setdefault(column, []).append((at, key))
+    lo, hi = LABEL_PX / 2, max(LABEL_PX / 2, span_px - LABEL_PX / 2)
+    placed: dict = {}
+    for column, items in columns.items():
+        items.sort()
+        blocks: list[list] = []          # [first centre, wanted centres]: labels LABEL_PX apart from there down
+        for at, _ in items:
+            blocks.append([at, [at]])
+            while True:
+                wanted = blocks[-1][1]
+                first = sum(wanted) / len(wanted) - LABEL_PX * (len(wanted) - 1) / 2
+                blocks[-1][0] = min(max(lo, first), max(lo, hi - LABEL_PX * (len(wanted) - 1)))
+                if len(blocks) < 2 or blocks[-2][0] + LABEL_PX * len(blocks[-2][1]) <= blocks[-1][0]:
+                    break
+                blocks[-2][1] += blocks.pop()[1]
+        centres = [first + LABEL_PX * k for first, wanted in blocks for k in range(len(wanted))]
+        placed |= {key: c for (_, key), c in zip(items, centres)}
+    taken: dict[float, list[float]] = {}
+    for key, column, _ in must:
+        taken.setdefault(column, []).append(placed[key])
+    extra: dict[float, int] = {}
+    for key, column, at in may:
+        column_taken = taken.setdefault(column, [])
+        if key not in placed and extra.get(column, 0) < OPTIONAL_PER_COLUMN and \
+                all(abs(at - other) >= 1.5 * LABEL_PX for other in column_taken):
+            placed[key] = at
+            column_taken.append(at)
+            extra[column] = extra.get(column, 0) + 1
+    return placed
+
+
+def _annotation(x: float, y: float, dy: float, moved: bool, text: str, colour: str | None) -> dict:
+    """A label right of its node, its centre dy pixels below the node's; a moved one gets a thin leader line."""
+    font = dict(size=11, **({"color": colour} if colour else {}))
+    if not moved:
+        return dict(x=x, y=y, text=text, showarrow=False, xanchor="left", yanchor="middle", xshift=GAP_PX,
+                    yshift=-dy, font=font)
+    return dict(x=x, y=y, text=text, showarrow=True, xanchor="left", yanchor="middle", ax=GAP_PX + 8, ay=dy,
+                axref="pixel", ayref="pixel", arrowhead=0, arrowwidth=0.8, standoff=4, arrowcolor=theme.EDGE,
+                font=font)
