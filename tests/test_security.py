@@ -29,6 +29,8 @@ def test_app_model_choice_is_the_registry():
 def test_token_text_is_escaped_in_every_view():
     import json
 
+    from viz import text as words
+
     import app
     from viz import charts
     from viz.tokens import token_html
@@ -44,4 +46,5 @@ def test_token_text_is_escaped_in_every_view():
                              for tr in fig.data], default=str)
         assert "<img" not in labels and "&lt;img" in labels
     assert "<img" not in token_html(records, texts)
-    assert "<img" not in app.explain_md(records[1], texts)
+    for r in records[:2]:
+        assert "<img" not in words.step_explanation(r, texts, "ddtree", 8) + words.step_caption(r, texts, 8)
