@@ -107,12 +107,13 @@ def _texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
     return texts
 
 
-def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict) -> float:
-    """Plain-decoding tokens/s on the same prompt and settings, measured once per session (cached by prompt)."""
-    key = f"{pair.name}:{hashlib.sha1(str(ids).encode()).hexdigest()}:{cfg.temperature}"
+def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict, tokens: int) -> float:
+    """Plain-decoding tokens/s on the same prompt and settings over as many new tokens as the run made (speed per
+    token falls as the context grows, so a shorter baseline would flatter it); cached per session and prompt."""
+    key = f"{pair.name}:{hashlib.sha1(str(ids).encode()).hexdigest()}:{cfg.temperature}:{tokens}"
     if key not in state["ar"]:
         ar = DecodeConfig(method="ar", temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                          seed=cfg.seed, max_new_tokens=min(cfg.max_new_tokens, 48))
+                          seed=cfg.seed, max_new_tokens=tokens)
         with COSTS.decoding():
             state["ar"][key] = summarize([list(generate(pair, ids, ar))]).tokens_per_second
     return state["ar"][key]
@@ -150,7 +151,7 @@ def _step_views(pair, records, k, texts, state, rule="", full=True):
     r = records[k]
     note = f" ({rule})" if rule else ""
     fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}", height=TREE_HEIGHT)
-    caption = words.step_caption(r, texts, _block_size(pair), state.get("prompt_tokens"))
+    caption = words.step_caption(r, texts, _block_size(pair), state.get("prompt_tokens"), state.get("method", ""))
     if not full:
         return [fig, None, None, None, None, caption]
     explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), _block_size(pair))
@@ -211,7 +212,7 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
     if cfg.method == "ar":
         ar_tps = summarize([records]).tokens_per_second
     else:
-        ar_tps = None if stopped else _ar_speed(pair, ids, cfg, state)
+        ar_tps = None if stopped else _ar_speed(pair, ids, cfg, state, sum(len(r.committed) for r in records))
     state["ar_tps"] = ar_tps
     yield _render(pair, records, state, ar_tps, full=True, status="stopped" if stopped else "done") + [state]
 

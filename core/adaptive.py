@@ -20,6 +20,7 @@ import numpy as np
 from core.tree import DraftTree, truncate
 
 DECAY = 0.9   # weight of the past in the online estimates (about the last ten steps count)
+MAX_PAUSE = 64  # most plain steps between two probes while drafting does not pay
 
 
 def interpolate_cost(curve: dict[int, float], n: np.ndarray) -> np.ndarray:
@@ -82,6 +83,8 @@ class AdaptiveBudget:
         self.seen_ms = self.predicted_ms = 1.0  # s = measured / cached verification latency
         self.overhead_ms = 0.1 * float(self.verify_ms[0])
         self.choices: list[int] = []
+        self.pause = self.backoff = 0          # plain steps left before the next draft; the current back-off
+        self.speed = {True: [0.0, 0.0], False: [0.0, 0.0]}   # drafted / plain steps: decayed tokens, seconds
 
     @property
     def alpha(self) -> float:
@@ -104,7 +107,32 @@ class AdaptiveBudget:
         self.choices.append(b)
         return truncate(tree, b)
 
+    def rate(self, drafted: bool) -> float:
+        """Committed tokens per ms measured over recent drafted (or plain) steps."""
+        tokens, seconds = self.speed[drafted]
+        return tokens / (1000 * seconds) if seconds else 0.0
+
+    def should_draft(self) -> bool:
+        """False while drafting does not pay for itself: those steps run as plain decoding, without the drafter's
+        forward, and a probe after 1, 4, 16 ... up to MAX_PAUSE of them checks whether it pays again."""
+        if self.pause:
+            self.pause -= 1
+            return False
+        return True
+
     def observe(self, record) -> None:
+        drafted = record.draft_tokens is not None
+        for kind, (tokens, seconds) in self.speed.items():      # both decay: after a long pause, a probe counts
+            mine = kind == drafted
+            self.speed[kind] = [DECAY * tokens + mine * record.tau, DECAY * seconds + mine * record.total_seconds]
+        if not drafted:
+            return
+        plain = self.rate(False) or 1 / (self.scale * float(self.verify_ms[0]))   # before any plain step: the curve
+        if self.rate(True) < plain:           # plain steps (no drafter forward) have been faster: pause drafting
+            self.backoff = min(MAX_PAUSE, 4 * self.backoff or 1)
+            self.pause = self.backoff
+        else:
+            self.backoff = 0
         s = record.seconds
         n = record.tree.size
         self.realised = DECAY * self.realised + record.accepted_drafts

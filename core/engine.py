@@ -47,6 +47,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
     cfg = check_inputs(pair, prompt_ids, cfg)
     target, drafter, tok = pair.target, pair.drafter if cfg.method != "ar" else None, pair.tokenizer
     build = builder or default_builder(cfg, pair)
+    should_draft = getattr(build, "should_draft", lambda: True)   # the auto budget skips drafts that do not pay
     gen = torch.Generator().manual_seed(cfg.seed)
     sync = torch.cuda.synchronize if pair.device.type == "cuda" else None
     layer_ids = drafter.target_layer_ids if drafter is not None else None
@@ -73,7 +74,7 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         depth_cap = min(n_pos, cfg.max_new_tokens - produced - 1, window - 1 - past_len)
         # 1) draft: one drafter forward over [bonus, MASK x L]
         with timed(seconds, "draft", sync):
-            if drafter is not None and depth_cap > 0:
+            if drafter is not None and depth_cap > 0 and should_draft():
                 draft = draft_block(drafter, target, ctx, bonus, past_len, draft_kv, n_pos, k, cfg.entropy_lam,
                                     readout)
                 ctx = ctx[:0]
@@ -105,9 +106,9 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
                             draft_logq=None if draft is None else draft.logq[:, : cfg.record_k].copy(),
                             draft_tokens=None if draft is None else draft.tokens[:, : cfg.record_k].copy(),
                             budget_used=tree.size if cfg.method in AUTO_METHODS else cfg.budget, finish=finish)
+        if hasattr(build, "observe"):
+            build.observe(record)         # the adaptive budget calibrates itself on what this step realised
         if draft is not None:
-            if hasattr(build, "observe"):
-                build.observe(record)     # the adaptive budget calibrates itself on what this step realised
             pending_oracle.append((record, len(history) - len(committed) - 1))
         pending_oracle = _fill_oracle(pending_oracle, history, done=finish is not None)
         if step % TRIM_EVERY == 0 or finish is not None:

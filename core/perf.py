@@ -159,6 +159,34 @@ def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
           f"| min | {min(ratios):.3f} |")
 
 
+def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) -> None:
+    """What a visitor reads: the app's Run handler on each example prompt (math, code, chat, story) with the
+    app's own defaults, and the speed-up against plain decoding that its metrics table shows (plain decoding of
+    the same prompt, measured by the app in the same process). Medians over `repeats` rounds."""
+    import re
+
+    import app
+
+    pair = app.get_pair(app.usable_pairs()[0])
+    print(f"app defaults: method {app.DEFAULT_METHOD!r}, budget {app.DEFAULT_BUDGET}; cost curve "
+          f"{app.COSTS.status(pair.name)}; {new_tokens} new tokens")
+    print("| example | method | τ | tokens/s | speed-up vs plain (median) | each round |\n|---|---|---:|---:|---:|---|")
+    names = ("math", "code", "chat", "story")
+    for name, (prompt,) in zip(names, app.EXAMPLES):
+        for label in methods:
+            state, seen = None, []
+            for _ in range(repeats):
+                *_, last = app.run(prompt, label, budget, 0.0, 1.0, 0, new_tokens, 0, pair.name, state)
+                state = {"ar": {}}                # a fresh plain-decoding baseline every round
+                table = last[3].splitlines()[2]
+                tau, tps, speed = re.findall(r"[\d.]+", table)[:3]
+                seen.append((float(tau), float(tps), float(speed)))
+            speeds = [x[2] for x in seen]
+            print(f"| {name} | {label} | {statistics.median(x[0] for x in seen):.2f} | "
+                  f"{statistics.median(x[1] for x in seen):.1f} | **{statistics.median(speeds):.2f}×** | "
+                  + ", ".join(f"{v:.2f}" for v in speeds) + " |", flush=True)
+
+
 def record_bytes(record) -> int:
     """Approximate memory a StepRecord holds: its lists (pointers + Python numbers) and numpy arrays."""
     import sys
@@ -254,7 +282,9 @@ def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
-                                     "memory", "train-step"])
+                                     "app-speed", "memory", "train-step"])
+    ap.add_argument("--methods", default="DDTree, auto budget",
+                    help="app-speed: the app's method labels, separated by '|' (default: the app's default)")
     ap.add_argument("--dtype", default="auto",
                     help=f"auto, bf16, fp32 or fp16 (verify-latency: a comma-separated list); {DTYPE_HELP}")
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -287,6 +317,8 @@ def main(argv=None) -> None:
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats, dtypes[0])
     elif args.what == "train-step":
         train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
+    elif args.what == "app-speed":
+        app_speed(args.methods.split("|"), int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     elif args.what == "app-overhead":
         app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:

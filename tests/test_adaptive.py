@@ -122,3 +122,37 @@ def test_cost_curve_is_made_monotone():
     assert all(a <= b for a, b in zip(fitted.values(), list(fitted.values())[1:]))
     assert fitted[1] == fitted[2] == fitted[4] == (31.1 + 29.0 + 26.9) / 3 and fitted[8] == 30.2
     assert monotone({1: 1.0, 2: 2.0}) == {1: 1.0, 2: 2.0}                     # already monotone: unchanged
+
+
+def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays():
+    """Steps that draft but commit little are slower than plain steps (no drafter forward): the auto budget then
+    skips drafts, probing after 1, 4, 16 ... plain steps, and drafts every step again once drafting pays."""
+    from types import SimpleNamespace
+
+    from core.builders import build_ddtree
+
+    auto = AdaptiveBudget(lambda draft, budget, bonus, history: build_ddtree(draft[0], draft[1], budget, bonus),
+                          {1: 50.0, 16: 100.0}, cap=8)
+    logq = np.log(np.full((4, 8), 0.9 / 8))
+    draft = (logq, np.arange(32).reshape(4, 8) + 2)
+
+    def step(drafted: bool, tau: int, ms: float):
+        tree = auto(draft, 8, 1, []) if drafted else None
+        auto.observe(SimpleNamespace(draft_tokens=np.zeros((4, 8)) if drafted else None, tau=tau,
+                                     seconds={"verify": ms / 1000}, total_seconds=ms / 1000,
+                                     tree=tree or SimpleNamespace(size=0), accepted_drafts=tau - 1,
+                                     expected_accepted=0.5))
+
+    step(False, 1, 50.0)                                  # plain: 20 tokens/s
+    pattern = []
+    for _ in range(30):                                   # drafted steps commit 1.5 tokens in 120 ms: 12.5/s
+        drafted = auto.should_draft()
+        pattern.append(drafted)
+        step(drafted, 1 + (drafted and pattern.count(True) % 2), 120.0 if drafted else 50.0)
+    assert pattern[:3] == [True, False, True] and pattern.count(True) <= 5      # probes at growing intervals
+    pattern = []
+    for _ in range(80):                                   # now drafts commit 4 tokens in 120 ms: 33/s
+        drafted = auto.should_draft()
+        pattern.append(drafted)
+        step(drafted, 4 if drafted else 1, 120.0 if drafted else 50.0)
+    assert all(pattern[-20:])                              # the next probe found it pays: drafting every step

@@ -18,13 +18,18 @@ def _piece(texts: dict[int, str], token: int) -> str:
     return html.escape(theme.show_whitespace(texts.get(token, "?")))
 
 
-def step_caption(record, texts: dict[int, str], block_size: int | None, prompt_tokens: int | None = None) -> str:
+def step_caption(record, texts: dict[int, str], block_size: int | None, prompt_tokens: int | None = None,
+                 method: str = "ddtree") -> str:
     """One line under the tree: what this step did, with its real numbers."""
     if record.step == 0:
         return (f"**Step 0 is the prefill**: the target read the prompt{f' ({prompt_tokens} tokens)' if prompt_tokens else ''} "
                 f"in one forward and chose the first token itself (<code>{_piece(texts, record.bonus)}</code>). "
                 "Nothing is drafted yet; drafting starts at step 1.")
     t = record.tree
+    if record.draft_tokens is None and method.endswith("-auto"):
+        return (f"**Step {record.step}**: no draft: lately a plain step (one target forward, no drafter forward) "
+                f"has committed tokens faster than a drafted one, so the auto budget decodes plainly and probes "
+                f"again after a while (<code>{_piece(texts, record.bonus)}</code>).")
     if record.draft_tokens is None or t.size == 0:
         return (f"**Step {record.step}**: plain decoding, one target forward for one token "
                 f"(<code>{_piece(texts, record.bonus)}</code>).")
