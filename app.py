@@ -24,6 +24,7 @@ except ImportError:                     # local machines, CPU Spaces, CI
 
 from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
 from core.costs import BackgroundCurves
+from core.divergence import first_divergence
 from core.engine import check_inputs, generate
 from core.hardware import describe_dtype, dtype_facts
 from core.models import ModelLoadError, encode_chat, load_pair
@@ -127,15 +128,21 @@ def _block_size(pair):
     return pair.drafter.block_size if pair.drafter is not None else None
 
 
-def _render(pair, records, state, ar_tps, full: bool, status: str = "done"):
+def _render(pair, records, state, ar_tps, full: bool, status: str = "done", shown: int | None = None,
+            highlight: int | None = None):
     """UI values for the records: while running, the latest step (full=False skips the slow run-level charts);
-    when done, a representative step with the slider on it."""
+    when done, a representative step with the slider on it (or step index `shown`, token `highlight` outlined)."""
     texts = _texts(pair, records, state["texts"])
-    shown, rule = (len(records) - 1, "") if status == "running" else words.representative_step(records)
+    if shown is not None:
+        rule = "where it first differs from plain decoding"
+    elif status == "running":
+        shown, rule = len(records) - 1, ""
+    else:
+        shown, rule = words.representative_step(records)
     views = _step_views(pair, records, shown, texts, state, rule, full)
     slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
                        label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})")
-    out = [token_html(records, texts), views[0], slider, metrics_md(records, ar_tps, status),
+    out = [token_html(records, texts, highlight), views[0], slider, metrics_md(records, ar_tps, status),
            charts.budget_figure(records, COSTS.curves.get(pair.name), _draft_ms(records))]
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
@@ -263,12 +270,15 @@ def show_step(k, pair_name, state):
 
 
 @gpu
-def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, request: gr.Request = None):
+def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, state=None,
+            request: gr.Request = None):
     """Plain decoding and the speculative methods on the same prompt and settings; a row appears as each
-    finishes, the verdict after the last."""
+    finishes, the verdict after the last. At temperature 0 a run that differs from plain decoding says where
+    and why (`core.divergence`); clicking its row shows that step."""
     pair = get_pair(pair_name)
     ids = _prompt_ids(pair, prompt)
-    rows, outputs, started = [], {}, time.time()
+    state = state or _fresh_state(None)
+    rows, runs, started = [], {}, time.time()
     for label in COMPARED:
         if STOPPED.get(_session(request), 0.0) > started:
             return
@@ -276,28 +286,55 @@ def compare(prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name,
         with COSTS.decoding():
             records = list(_guarded(generate(pair, ids, cfg)))
         s = summarize([records])
-        outputs[label] = [t for r in records for t in r.committed]
-        same = outputs[label] == outputs[COMPARED[0]]
+        div = first_divergence(runs[COMPARED[0]][0], records) if runs else None
+        runs[label] = (records, div, cfg.method)
         rows.append({"method": label, "budget": "–" if cfg.method in ("ar", "chain") else
                      f"≤ {cfg.budget}" if cfg.method.endswith("-auto") else cfg.budget,
                      "tau": round(s.tau, 2) if s.steps else 1.0, "tokens/s": round(s.tokens_per_second, 1),
-                     "identical": "yes" if same else "no"})
+                     "identical": _same(div, temperature)})
         for row in rows:
             row["speedup"] = round(row["tokens/s"] / (rows[0]["tokens/s"] or 1.0), 2)
         table = [[r["method"], r["budget"], r["tau"], r["tokens/s"], f'{r["speedup"]:.2f}×', r["identical"]]
                  for r in rows]
-        yield table, charts.compare_bars(rows), _verdict(rows, len(COMPARED), temperature)
+        state = state | {"compared": runs, "compare_ids": ids}
+        yield table, charts.compare_bars(rows), _verdict(pair, rows, runs, temperature, state), state
 
 
-def _verdict(rows, total: int, temperature: float) -> str:
-    if len(rows) < total:
-        return f"{len(rows)} of {total} methods done; running {COMPARED[len(rows)]}…"
+def _same(div, temperature: float) -> str:
+    if div is None:
+        return "yes"
+    if temperature > 0:
+        return "no (sampled)"
+    return f"no: token {div.position}, " + ("near-tie" if div.near_tie else "not a near-tie")
+
+
+def _verdict(pair, rows, runs, temperature: float, state) -> str:
+    if len(rows) < len(COMPARED):
+        return f"{len(rows)} of {len(COMPARED)} methods done; running {COMPARED[len(rows)]}…"
     if all(r["identical"] == "yes" for r in rows):
         return "All outputs are **identical** to plain decoding: every method is lossless."
     if temperature > 0:
         return ("Outputs differ from plain decoding, as expected when sampling: each method draws different random "
                 "numbers; the distribution is the same (tested).")
-    return "Outputs differ from plain decoding."
+    dtype = dtype_facts(pair.dtype, pair.device)[0]
+    notes = [words.divergence_note(div, label, _texts(pair, records, state["texts"]), dtype)
+             for label, (records, div, _) in runs.items() if div is not None]
+    return "\n\n".join(notes + ["Click a row that differs to see that step, the token outlined in the text."])
+
+
+def show_difference(evt: gr.SelectData, pair_name, state):
+    """A Compare row clicked: that run in the step view, on the step where it first differs."""
+    runs = (state or {}).get("compared") or {}
+    label = COMPARED[evt.index[0]] if evt.index and evt.index[0] < len(COMPARED) else None
+    if label not in runs:
+        return [gr.skip()] * (len(OUTPUTS) - 1) + [state]
+    records, div, method = runs[label]
+    pair = get_pair(pair_name)
+    state = state | {"records": records, "method": method, "prompt_tokens": len(state.get("compare_ids", []))}
+    shown = next(i for i, r in enumerate(records) if r.step == div.step) if div else None
+    out = _render(pair, records, state, None, full=True, shown=shown,
+                  highlight=div.position if div else None)
+    return out + [state]
 
 
 def _fresh_state(state):
@@ -394,7 +431,6 @@ this machine (cached) and α, t_other calibrated on the steps already run. B is 
 # ----- layout -------------------------------------------------------------------------------------------------
 
 LAYOUT_CSS = f"""
-#out {{ max-height: 150px; overflow-y: auto; }}
 #machine p {{ font-size: 13px; margin: 0; }}
 #budget_note p {{ font-size: 12.5px; margin: 0; }}
 #caption p {{ font-size: 13.5px; margin: 2px 0; }}
@@ -475,8 +511,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     slider.input(show_step, [slider, pair_name, state],
                  [tree, icicle_fig, mask_fig, explain, explain_tree, caption],
                  concurrency_id="model", trigger_mode="always_last", show_progress="hidden")
-    compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name],
-                      [compare_table, compare_fig, compare_note], concurrency_id="model")
+    compare_btn.click(compare, [prompt, budget, temperature, top_p, top_k, max_new, seed, pair_name, state],
+                      [compare_table, compare_fig, compare_note, state], concurrency_id="model")
+    compare_table.select(show_difference, [pair_name, state], OUTPUTS, concurrency_id="model")
     stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
     status_inputs, status_outputs = [method, budget, pair_name], [machine, budget_note, timer]
     demo.load(refresh, status_inputs, status_outputs, queue=False)

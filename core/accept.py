@@ -19,6 +19,8 @@ class Acceptance:
     accepted: list[int]    # node indices of the accepted path, starting with the root (0)
     bonus: int             # the target's token after the path: next step's root
     p_tokens: list[float]  # target probability of each emitted token: accepted drafts, then the bonus
+    runner_up: list[tuple[int, float]] = ()  # greedy: the target's second choice at each emitted token and the
+    #                                          logit gap to it (how near a tie the choice was; `core.divergence`)
 
 
 GREEDY_BELOW = 1e-5   # temperatures below this decode greedily (as the DDTree reference code does)
@@ -53,7 +55,15 @@ def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
     rows = torch.tensor(path, device=logits.device)
     picked = torch.tensor([tree.tokens[i] for i in path[1:]] + [choice[node]], device=logits.device)
     p = torch.softmax(logits[rows].float(), -1).gather(-1, picked[:, None])[:, 0].tolist()
-    return Acceptance(path, choice[node], p)
+    return Acceptance(path, choice[node], p, second_choices(logits[rows]))
+
+
+def second_choices(logits: torch.Tensor) -> list[tuple[int, float]]:
+    """[N, V] -> per row (the runner-up token, top-1 logit minus its logit): a small gap is a near-tie, which
+    rounding in another forward (bf16 in a wider verification) can break the other way."""
+    top = logits.float().topk(2, dim=-1)
+    gaps = (top.values[:, 0] - top.values[:, 1]).tolist()
+    return list(zip(top.indices[:, 1].tolist(), gaps))
 
 
 def accept_sample(tree: DraftTree, logits: torch.Tensor, temperature: float, top_p: float, top_k: int,

@@ -31,6 +31,7 @@ from tqdm import tqdm  # noqa: E402
 
 from core.baselines import BASELINES  # noqa: E402
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
+from core.divergence import first_difference, flatten  # noqa: E402
 
 SWEPT = ("presto", "presto-beam")   # methods run once per --lams value
 DRAFTING = ("chain",) + TREE_METHODS   # methods run once per --readouts value
@@ -85,7 +86,8 @@ def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float
            "decode_s": s.decode_seconds, "prefill_s": s.prefill_seconds, "tpot": tpot,
            "speedup": (ar_tpot / tpot) if ar_tpot else None, "expected_tau": s.expected_tau,
            "oracle_tau": s.oracle_tau, "histogram": s.histogram, "depth_rates": s.depth_rates,
-           "phase_shares": s.phase_shares, "output": [t for r in records for t in r.committed]}
+           "phase_shares": s.phase_shares, "output": [t for r in records for t in r.committed],
+           "runner_up": flatten(records)[2]}       # greedy: per token, the target's second choice and the gap
     if cfg.method in AUTO_METHODS:
         row["budgets_chosen"] = [r.budget_used for r in records if r.draft_tokens is not None]
     return row
@@ -128,7 +130,7 @@ def table(rows: list[dict]) -> str:
         group = [r for r in rows if (r["dataset"], r["temperature"], r["method"], r["budget"]) == (d, t, m, b)]
         ar = {r["prompt"]: r for r in rows if (r["dataset"], r["temperature"], r["method"]) == (d, t, "ar")}
         hf = {r["prompt"]: r for r in rows if (r["dataset"], r["temperature"], r["method"]) == (d, t, "hf-generate")}
-        same = sum(r["output"] == ar[r["prompt"]]["output"] for r in group if r["prompt"] in ar)
+        same, notes = _same_output([(ar[r["prompt"]], r) for r in group if r["prompt"] in ar])
         tps = sum(r["tokens"] - 1 for r in group) / max(1e-9, sum(r["decode_s"] for r in group))
         budget = b if b else "–"
         if m in AUTO_METHODS:
@@ -140,8 +142,25 @@ def table(rows: list[dict]) -> str:
                    f"{statistics.mean(r['tau'] for r in group):.2f} | "
                    f"{f'{statistics.mean(oracle):.2f}' if oracle else '–'} | {_speedup(group, ar)} | "
                    f"{_speedup(group, hf)} | {tps:.1f} | {f'{statistics.mean(tree):.1%}' if tree else '–'} | "
-                   f"{same}/{len(group)} |")
+                   f"{same}/{len(group)}{notes} |")
     return "\n".join(out)
+
+
+def _same_output(pairs: list[tuple[dict, dict]]) -> tuple[int, str]:
+    """Outputs equal to plain decoding's, and a note (" (3 near-ties)"): of the others at temperature 0, how many
+    first differ at a near-tie flipped by rounding (`core.divergence`); any that does not is named: a bug."""
+    same, ties, other = 0, 0, 0
+    for plain, row in pairs:
+        if row["output"] == plain["output"]:
+            same += 1
+            continue
+        div = first_difference((plain["output"], [], plain.get("runner_up") or []),
+                               (row["output"], [], row.get("runner_up") or []))
+        if div is None or row["temperature"] > 0 or not plain.get("runner_up") or not row.get("runner_up"):
+            continue
+        ties, other = ties + div.near_tie, other + (not div.near_tie)
+    notes = ([f"{ties} near-tie{'s' * (ties != 1)}"] if ties else []) + ([f"{other} NOT a near-tie"] if other else [])
+    return same, f" ({', '.join(notes)})" if notes else ""
 
 
 def main(argv=None, pair=None) -> list[dict]:

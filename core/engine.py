@@ -9,7 +9,7 @@ from typing import Iterator
 
 import torch
 
-from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token
+from core.accept import GREEDY_BELOW, accept_greedy, accept_sample, sample_token, second_choices
 from core.builders import BUILDERS, NESTED
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
@@ -62,10 +62,12 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         ids = torch.tensor([prompt_ids], device=pair.device)
         out = forward(target, ids, cache, output_hidden_states=drafter is not None, logits_to_keep=1)
         bonus, p0 = sample_token(out.logits[0, -1], cfg.temperature, cfg.top_p, cfg.top_k, gen)
+        second = second_choices(out.logits[0, -1:]) if cfg.temperature < GREEDY_BELOW else []
         ctx = extract_features(out.hidden_states, layer_ids)[0] if drafter is not None else None  # [P, n*H]
     past_len, produced, history = len(prompt_ids), 1, history + [bonus]
     finish = _finish([bonus], stops, produced, cfg.max_new_tokens, past_len, window)
-    yield StepRecord(0, root_only(bonus), [0], bonus, [bonus], tok.decode([bonus]), seconds, [p0], finish=finish)
+    yield StepRecord(0, root_only(bonus), [0], bonus, [bonus], tok.decode([bonus]), seconds, [p0], finish=finish,
+                     runner_up=second)
 
     pending_oracle: list[tuple[StepRecord, int]] = []
     step = 0
@@ -105,7 +107,8 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
                             acceptance.p_tokens[: len(committed)], nested=cfg.method in NESTED,
                             draft_logq=None if draft is None else draft.logq[:, : cfg.record_k].copy(),
                             draft_tokens=None if draft is None else draft.tokens[:, : cfg.record_k].copy(),
-                            budget_used=tree.size if cfg.method in AUTO_METHODS else cfg.budget, finish=finish)
+                            budget_used=tree.size if cfg.method in AUTO_METHODS else cfg.budget, finish=finish,
+                            runner_up=list(acceptance.runner_up[: len(committed)]))
         if hasattr(build, "observe"):
             build.observe(record)         # the adaptive budget calibrates itself on what this step realised
         if draft is not None:

@@ -33,6 +33,8 @@ class StepRecord:
     oracle_depth: int | None = None  # longest prefix of the target's continuation inside the drafter's top-K
     budget_used: int = 0             # the budget the builder was given (adaptive methods choose it per step)
     finish: str | None = None        # why the run ended after this step: "stop", "length", "context"
+    runner_up: list[tuple[int, float]] = field(default_factory=list)  # greedy: per committed token, the target's
+    #                                  second choice and the logit gap to it (`core.divergence` reads them)
 
     @property
     def tau(self) -> int:

@@ -303,6 +303,6 @@ def test_app_compare_reports_identical_outputs(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         updates = list(app.compare("0 5 6 7 8", 16, 0.0, 1.0, 0, 20, 0, "tiny"))
-    table, fig, verdict = updates[-1]
+    table, fig, verdict, _ = updates[-1]
     assert [row[0] for row in table] == list(app.COMPARED) == list(fig.data[0].y)
     assert table[0][4] == "1.00×" and "identical" in verdict and len(fig.data) == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import statistics
 
+from core.divergence import NEAR_TIE
 from viz import theme
 
 METHOD_WORDS = {"chain": "the argmax chain", "ddtree": "the most probable prefixes (DDTree's heap)",
@@ -126,3 +127,19 @@ def budget_note(method: str, budget: int, block_size: int | None, curve: dict[in
         return f"In {machine}, verifying {n} tokens costs {ratio:.1f} one-token forwards: cheap."
     return (f"⚠ In {machine}, verifying {n} tokens costs {ratio:.1f} one-token forwards, so this tree pays only if "
             f"τ exceeds {ratio:.1f} (plus the draft's cost). The auto budget picks the size that pays here.")
+
+
+def divergence_note(div, label: str, texts: dict[int, str], dtype: str) -> str:
+    """Where a greedy run first left plain decoding, and why: a near-tie flipped by rounding, or a bug."""
+    if div is None:
+        return ""
+    a, b = f"<code>{_piece(texts, div.plain)}</code>", f"<code>{_piece(texts, div.chosen)}</code>"
+    where = (f"**{label}** first differs at token {div.position} (step {div.step}): plain decoding chose {a} "
+             f"(logit gap {div.plain_gap:.3f} over its runner-up), {label} chose {b} (gap {div.gap:.3f}).")
+    if div.near_tie:
+        fix = ("With fp32 the outputs are identical (`--dtype fp32`; `auto` picks it on CPUs without native bf16)."
+               if dtype != "fp32" else "")
+        return (f"{where} The target's two best tokens there were a near-tie, broken differently by {dtype} rounding "
+                f"in the wider verification forward: not a fault of the method. {fix}").strip()
+    return (f"{where} ⚠ That is not a near-tie (a gap above {NEAR_TIE} logits, or not the same two tokens "
+            "swapped): it would be a bug. Please report it with this prompt and these settings.")

@@ -21,12 +21,17 @@ CSS = f"""
 .tok.first {{ box-shadow: -2px 0 0 #64748b; }}
 .tokens-legend {{ font-size: 12px; color: #475569; margin-bottom: 6px; }}
 .stepmark {{ color: #64748b; font-weight: bold; }}
+.tok.diff {{ outline: 2px solid #dc2626; outline-offset: 1px; }}
+.tokens-scroll {{ max-height: 130px; overflow-y: auto; display: flex; flex-direction: column-reverse; }}
 """
 
 
-def token_html(records, texts: dict[int, str] | None = None) -> str:
-    """HTML for all committed tokens of the records (texts: optional per-id strings; default the step's text)."""
-    parts = [LEGEND, '<div class="tokens">']
+def token_html(records, texts: dict[int, str] | None = None, highlight: int | None = None) -> str:
+    """HTML for all committed tokens of the records (texts: optional per-id strings; default the step's text).
+    `highlight`: index of a token to outline (where a run first differs from plain decoding). The text scrolls
+    inside a box that stays at its end while it streams (column-reverse anchors the scroll at the bottom)."""
+    parts = [LEGEND, '<div class="tokens-scroll"><div class="tokens">']
+    position = 0
     for r in records:
         pieces = [texts[t] for t in r.committed] if texts else _split(r)
         for j, (tok, piece) in enumerate(zip(r.committed, pieces)):
@@ -35,8 +40,11 @@ def token_html(records, texts: dict[int, str] | None = None) -> str:
             p = r.p_committed[j] if j < len(r.p_committed) else float("nan")
             title = f"step {r.step}, {'accepted draft at depth ' + str(j + 1) if kind == 'acc' else 'target token'}" \
                     f", id {tok}, p = {p:.3f}"
-            parts.append(f'<span class="tok {kind}{first}" title="{title}">{theme.escape(piece)}</span>')
-    parts.append("</div>")
+            diff = " diff" if position == highlight else ""
+            title += ": the first token that differs from plain decoding" if diff else ""
+            parts.append(f'<span class="tok {kind}{first}{diff}" title="{title}">{theme.escape(piece)}</span>')
+            position += 1
+    parts.append("</div></div>")
     return "".join(parts)
 
 

@@ -1,0 +1,63 @@
+"""Where a greedy run first differs from plain decoding, and whether that is rounding or a fault.
+
+Every method is lossless in exact arithmetic: at temperature 0 it emits the target's argmax after the same prefix.
+In bf16 a tree verification computes the target's logits in a wider forward than plain decoding's one-token one,
+and the products round differently; where the target's two best tokens are nearly tied, the argmax can flip. The
+outputs then differ from that token on, and the fault is the tie, not the method. A gap far above what rounding
+moves is a bug. Both runs record, for every token, the runner-up and the logit gap (`StepRecord.runner_up`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Largest top-1 minus top-2 logit gap that forward width can flip in bf16: a one-token forward and a 17-token
+# verification forward of the embedded target put the same logits up to 0.12 apart (BENCHMARKS.md, "Lossless
+# on screen"); a flip needs both gaps below that movement, so 0.5 leaves a margin of four. In fp32 they agree to
+# 1e-5, so every difference of an fp32 run is over this threshold unless the tie is exact.
+NEAR_TIE = 0.5
+
+
+@dataclass(frozen=True)
+class Divergence:
+    position: int        # index of the first differing token in the generated text (0 = the prefill's token)
+    step: int            # the run's step that emitted it
+    plain: int           # the token plain decoding chose there
+    chosen: int          # the token the run chose there
+    plain_gap: float     # plain decoding's top-1 minus top-2 logit at that position (nan if not recorded)
+    gap: float           # the run's, in its own (wider) forward
+    plain_second: int | None = None   # plain decoding's runner-up there
+    second: int | None = None         # the run's runner-up there
+
+    @property
+    def near_tie(self) -> bool:
+        """The two forwards swapped the same two tokens, each by less than rounding moves a logit."""
+        swapped = self.plain_second == self.chosen and self.second == self.plain
+        return swapped and max(self.plain_gap, self.gap) <= NEAR_TIE
+
+
+def flatten(records) -> tuple[list[int], list[int], list[tuple[int, float] | None]]:
+    """Every committed token of a run in order, the step that emitted it, and its (runner-up, gap) if recorded."""
+    tokens, steps, second = [], [], []
+    for r in records:
+        for j, t in enumerate(r.committed):
+            tokens.append(t)
+            steps.append(r.step)
+            second.append(tuple(r.runner_up[j]) if j < len(r.runner_up) else None)
+    return tokens, steps, second
+
+
+def first_difference(plain: tuple, run: tuple) -> Divergence | None:
+    """`flatten`ed plain decoding against `flatten`ed run (steps may be empty): the first token that differs;
+    None if one is a prefix of the other (equal up to the shorter, as when a run was stopped)."""
+    nan = float("nan")
+    for i, (a, b) in enumerate(zip(plain[0], run[0])):
+        if a != b:
+            pa, pgap = plain[2][i] if i < len(plain[2]) and plain[2][i] else (None, nan)
+            sb, gap = run[2][i] if i < len(run[2]) and run[2][i] else (None, nan)
+            return Divergence(i, run[1][i] if i < len(run[1]) else -1, a, b, pgap, gap, pa, sb)
+    return None
+
+
+def first_divergence(plain_records, records) -> Divergence | None:
+    """The first token where `records` differ from plain decoding's `plain_records` (see `first_difference`)."""
+    return first_difference(flatten(plain_records), flatten(records))
