@@ -27,7 +27,7 @@ class DecodeConfig:
     seed: int = 0                # seeds the target's samples at temperature > 0
     block_size: int | None = None  # None = the drafter's own; smaller values draft fewer positions
     topk: int | None = None      # candidates per depth K; None = min(budget, vocab) as in DDTree
-    lam: float = 0.8             # PRESTO: weight of the n-gram log-probability (λ sweep, BENCHMARKS.md)
+    lam: float = 0.8             # PRESTO: weight of the n-gram log-probability (λ sweep, docs/benchmarks/history.md)
     beam_width: int | None = None  # PRESTO-beam: W per depth; None = 2 * ceil(budget / L)
     ngram_order: int = 3         # PRESTO: n of the n-gram model
     entropy_lam: bool = False    # PRESTO: scale lam by the drafter's normalised entropy per depth
