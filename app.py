@@ -49,7 +49,7 @@ UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine n
 FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set while a run streams
 MAX_PROMPT_CHARS = 20_000
 TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
-DEFAULT_METHOD, DEFAULT_BUDGET = "DDTree, auto budget", 64      # fastest here (BENCHMARKS.md, "App")
+DEFAULT_METHOD, DEFAULT_BUDGET = "DDTree, auto budget", 64  # fastest (BENCHMARKS.md, "The app on this CPU")
 COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO")
 COMPARE_HEADERS = ["method", "budget", "τ", "tokens/s", "speed-up vs plain", "identical to plain?"]
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
@@ -518,7 +518,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     status_inputs, status_outputs = [method, budget, pair_name], [machine, budget_note, timer]
     demo.load(refresh, status_inputs, status_outputs, queue=False)
     timer.tick(refresh, status_inputs, status_outputs, queue=False, show_progress="hidden")
-    gr.on([method.change, budget.release, pair_name.change], refresh, status_inputs, status_outputs, queue=False)
+    gr.on([method.change, budget.change, pair_name.change], refresh, status_inputs, status_outputs, queue=False)
     demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 

@@ -55,15 +55,18 @@ def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
     rows = torch.tensor(path, device=logits.device)
     picked = torch.tensor([tree.tokens[i] for i in path[1:]] + [choice[node]], device=logits.device)
     p = torch.softmax(logits[rows].float(), -1).gather(-1, picked[:, None])[:, 0].tolist()
-    return Acceptance(path, choice[node], p, second_choices(logits[rows]))
+    return Acceptance(path, choice[node], p, second_choices(logits[rows], picked))
 
 
-def second_choices(logits: torch.Tensor) -> list[tuple[int, float]]:
-    """[N, V] -> per row (the runner-up token, top-1 logit minus its logit): a small gap is a near-tie, which
-    rounding in another forward (bf16 in a wider verification) can break the other way."""
-    top = logits.float().topk(2, dim=-1)
-    gaps = (top.values[:, 0] - top.values[:, 1]).tolist()
-    return list(zip(top.indices[:, 1].tolist(), gaps))
+def second_choices(logits: torch.Tensor, chosen: torch.Tensor) -> list[tuple[int, float]]:
+    """logits [N, V], chosen [N] (each row's argmax) -> per row (the best other token, the chosen logit minus
+    its): a small gap is a near-tie, which rounding in another forward (bf16 in a wider verification) can break
+    the other way. Exact ties are common in bf16, whose logits step by 1/8 near 20: the runner-up is then the tied
+    token that argmax passed over, with gap 0."""
+    scores = logits.float()
+    top = scores.gather(-1, chosen[:, None])[:, 0]                                   # [N]
+    others = scores.scatter(-1, chosen[:, None], float("-inf")).max(-1)              # [N] values, indices
+    return list(zip(others.indices.tolist(), (top - others.values).tolist()))
 
 
 def accept_sample(tree: DraftTree, logits: torch.Tensor, temperature: float, top_p: float, top_k: int,

@@ -7,7 +7,8 @@ Proposition 1), the rule is
     b* = argmax_b  (1 + alpha * C(b)) / (overhead + s * verify(b + 1))
 where verify(n) is the target's measured forward latency for n tree tokens (`core.costs`, cached per model, device
 and dtype; before it is measured, an estimated line whose intercept and slope are then fitted to the steps' own
-verification times), alpha calibrates the drafter's q against the acceptance actually realised, s rescales the cached curve
+verification times), alpha calibrates the drafter's q against the acceptance actually realised, s rescales the
+cached curve
 to the latency seen now, and overhead is the measured draft + tree + accept time. All three are updated online from
 each step's record, with exponential forgetting.
 """

@@ -126,8 +126,8 @@ def cost_curve(target, folder: Path | None = None, **measure_kw) -> dict[int, fl
 
 
 # Marginal cost of one more tree token, as a share of a one-token forward, by how the device computes the dtype.
-# Measured on the embedded 135M target (BENCHMARKS.md, "Verification cost by dtype"): fp32 on AVX2 ~0.08,
-# emulated bf16 ~0.5, native bf16 (AMX) ~0.01; a GPU forward is flat over tree sizes that matter here.
+# Measured on the embedded 135M target (BENCHMARKS.md, "Verification cost by dtype"): fp32 on AVX2 0.05-0.08,
+# emulated bf16 about 0.45, native bf16 (AMX) about 0.01; a GPU forward is flat over the tree sizes that matter.
 SLOPE = {"cuda": 0.002, "native-bf16": 0.01, "fp32": 0.08, "emulated-bf16": 0.5}
 
 

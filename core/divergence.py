@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Largest top-1 minus top-2 logit gap that forward width can flip in bf16: a one-token forward and a 17-token
-# verification forward of the embedded target put the same logits up to 0.12 apart (BENCHMARKS.md, "Lossless
-# on screen"); a flip needs both gaps below that movement, so 0.5 leaves a margin of four. In fp32 they agree to
-# 1e-5, so every difference of an fp32 run is over this threshold unless the tie is exact.
-NEAR_TIE = 0.5
+# A flip by rounding means the two forwards moved l_a - l_b by plain_gap + gap, at most twice the largest movement
+# of one logit. One-token against 17-token forwards of the embedded target moved its top-2 logits by a median 0.125,
+# a 99th percentile 0.375 and at most 0.625 in bf16 (238 positions; in fp32 by under 1e-4: BENCHMARKS.md, "Lossless
+# on screen"), so a rounding flip has plain_gap + gap <= 1.25; 1.5 leaves a margin for positions not measured.
+NEAR_TIE = 1.5
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,9 @@ class Divergence:
 
     @property
     def near_tie(self) -> bool:
-        """The two forwards swapped the same two tokens, each by less than rounding moves a logit."""
+        """The two forwards swapped the same two tokens, by gaps that rounding can account for."""
         swapped = self.plain_second == self.chosen and self.second == self.plain
-        return swapped and max(self.plain_gap, self.gap) <= NEAR_TIE
+        return swapped and self.plain_gap + self.gap <= NEAR_TIE
 
 
 def flatten(records) -> tuple[list[int], list[int], list[tuple[int, float] | None]]:

@@ -62,7 +62,8 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         ids = torch.tensor([prompt_ids], device=pair.device)
         out = forward(target, ids, cache, output_hidden_states=drafter is not None, logits_to_keep=1)
         bonus, p0 = sample_token(out.logits[0, -1], cfg.temperature, cfg.top_p, cfg.top_k, gen)
-        second = second_choices(out.logits[0, -1:]) if cfg.temperature < GREEDY_BELOW else []
+        greedy = cfg.temperature < GREEDY_BELOW
+        second = second_choices(out.logits[0, -1:], torch.tensor([bonus], device=pair.device)) if greedy else []
         ctx = extract_features(out.hidden_states, layer_ids)[0] if drafter is not None else None  # [P, n*H]
     past_len, produced, history = len(prompt_ids), 1, history + [bonus]
     finish = _finish([bonus], stops, produced, cfg.max_new_tokens, past_len, window)

@@ -92,7 +92,8 @@ def dtype_facts(dtype: torch.dtype, device: torch.device) -> tuple[str, str, str
     """(dtype name, why it is used, the machine): every speed figure depends on all three."""
     name = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}.get(dtype, str(dtype))
     choice = auto_dtype(device.type)
-    why = choice.reason.split(": ", 1)[1] if choice.dtype == dtype else f"set explicitly (auto would pick {choice.name})"
+    why = (choice.reason.split(": ", 1)[1] if choice.dtype == dtype
+           else f"set explicitly; auto would pick {choice.name}")
     return name, why, cpu_summary() if device.type == "cpu" else str(device)
 
 

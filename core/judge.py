@@ -197,7 +197,8 @@ def judge_prompt(pair, drafters: dict, judged: dict[tuple, DecodeConfig], prompt
 def table(rows: list[dict], drafters: list[str]) -> str:
     """τ per drafter and setting: mean of per-prompt τ, pooled (committed tokens ÷ steps), and against the first
     drafter the median per-prompt change and the prompts it wins and loses."""
-    lines = ["| dataset | method | budget | drafter | prompts | τ | pooled τ | median Δτ vs first | higher / lower |",
+    lines = ["| dataset | method | budget | drafter | prompts | τ | pooled τ | median Δτ vs first "
+             "| higher / lower |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     keys = dict.fromkeys((r["dataset"], r["method"], r["budget"]) for r in rows)
     for dataset, method, budget in keys:

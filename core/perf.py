@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -170,7 +171,8 @@ def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) ->
     pair = app.get_pair(app.usable_pairs()[0])
     print(f"app defaults: method {app.DEFAULT_METHOD!r}, budget {app.DEFAULT_BUDGET}; cost curve "
           f"{app.COSTS.status(pair.name)}; {new_tokens} new tokens")
-    print("| example | method | τ | tokens/s | speed-up vs plain (median) | each round |\n|---|---|---:|---:|---:|---|")
+    print("| example | method | τ | tokens/s | speed-up vs plain (median) | each round |\n"
+          "|---|---|---:|---:|---:|---|")
     names = ("math", "code", "chat", "story")
     for name, (prompt,) in zip(names, app.EXAMPLES):
         for label in methods:
@@ -185,6 +187,94 @@ def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) ->
             print(f"| {name} | {label} | {statistics.median(x[0] for x in seen):.2f} | "
                   f"{statistics.median(x[1] for x in seen):.1f} | **{statistics.median(speeds):.2f}×** | "
                   + ", ".join(f"{v:.2f}" for v in speeds) + " |", flush=True)
+
+
+@torch.inference_mode()
+def logit_drift(dtype: str, new_tokens: int, width: int) -> None:
+    """How far forward width moves the target's logits: each reply position's top-2 logits from the one-token
+    forward plain decoding runs, against the same positions inside one `width`-token forward on the same cache
+    (a verification's width). A greedy flip needs a top-1/top-2 gap below this movement (`core.divergence`)."""
+    from core.engine import output_ids, run
+    from core.fast_forward import forward
+    from core.kv_cache import crop_to, new_cache
+    from core.models import encode_chat, load_pair
+
+    pair = load_pair("smollm2-135m", dtype=dtype, with_drafter=False)
+    moves, gaps = [], []
+    for text in PROMPTS:
+        ids = encode_chat(pair.tokenizer, text)
+        reply = output_ids(run(pair, ids, DecodeConfig(method="ar", max_new_tokens=new_tokens)))
+        seq = torch.tensor([ids + reply])
+        for start in range(len(ids), len(ids) + len(reply) - width, width):
+            cache = new_cache(pair.target)
+            forward(pair.target, seq[:, :start], cache)
+            wide = forward(pair.target, seq[:, start: start + width], cache).logits[0].float()    # [W, V]
+            crop_to(cache, start)
+            for k in range(width):
+                one = forward(pair.target, seq[:, start + k: start + k + 1], cache).logits[0, -1].float()
+                top = one.topk(2).indices
+                gaps.append(float(one[top[0]] - one[top[1]]))
+                moves.append(float(((one - wide[k])[top]).abs().max()))
+    q = np.quantile(moves, [0.5, 0.99, 1.0])
+    print(f"| dtype | positions | logit movement of the top-2, median / 99th pct / max | positions with a gap below "
+          f"the max movement |\n|---|---:|---:|---:|\n| {dtype} | {len(moves)} | {q[0]:.4f} / {q[1]:.4f} / "
+          f"{q[2]:.4f} | {sum(g < q[2] for g in gaps)} |")
+
+
+def first_token(methods: list[str], budget: int, repeats: int) -> None:
+    """Seconds from Run to the first committed token on screen, as a first visitor sees it: a fresh
+    DRAFT_TREE_CACHE holding only the converted weights, the app started, its page in headless Chromium at
+    1280x720 (Debian's chromium, driven by Playwright), the default math example. "default" keeps the app's
+    method; another name is chosen in the dropdown with the budget set."""
+    import shutil
+    import subprocess
+    import tempfile
+    import urllib.request
+    from pathlib import Path
+
+    from playwright.sync_api import sync_playwright
+
+    from core.models import embedded_target_dir
+
+    weights = embedded_target_dir()
+    print("| setting | app up after (s) | first token after Run (s) |\n|---|---:|---:|")
+    for method in methods:
+        for _ in range(repeats):
+            cache = Path(tempfile.mkdtemp(prefix="fresh-cache-"))
+            shutil.copytree(weights, cache / weights.name)
+            env = dict(os.environ, DRAFT_TREE_CACHE=str(cache), GRADIO_SERVER_PORT="7871")
+            t0 = time.perf_counter()
+            app = subprocess.Popen([sys.executable, "app.py"], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            try:
+                while True:
+                    try:
+                        urllib.request.urlopen("http://127.0.0.1:7871/health", timeout=1)
+                        break
+                    except OSError:
+                        time.sleep(0.5)
+                up = time.perf_counter() - t0
+                with sync_playwright() as p:
+                    browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
+                                                args=["--no-sandbox", "--disable-gpu", "--no-first-run",
+                                                      "--disable-background-networking", "--disable-sync"])
+                    page = browser.new_page(viewport={"width": 1280, "height": 720})
+                    page.goto("http://127.0.0.1:7871/")
+                    if method != "default":
+                        page.locator("#method input").click()
+                        page.get_by_role("option", name=method, exact=True).click()
+                        page.locator("#budget input[type=number]").fill(str(budget))
+                        page.locator("#budget input[type=number]").press("Enter")
+                    t1 = time.perf_counter()
+                    page.locator("#run").click()
+                    page.wait_for_selector("#out .tok", timeout=120_000)
+                    first = time.perf_counter() - t1
+                    browser.close()
+                print(f"| {method} | {up:.1f} | {first:.1f} |", flush=True)
+            finally:
+                app.terminate()
+                app.wait()
+                shutil.rmtree(cache, ignore_errors=True)
 
 
 def record_bytes(record) -> int:
@@ -282,9 +372,10 @@ def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
-                                     "app-speed", "memory", "train-step"])
+                                     "app-speed", "first-token", "logit-drift", "memory", "train-step"])
     ap.add_argument("--methods", default="DDTree, auto budget",
-                    help="app-speed: the app's method labels, separated by '|' (default: the app's default)")
+                    help="app-speed, first-token: the app's method labels, separated by '|' (default: the app's "
+                         "default; first-token: 'default' keeps it)")
     ap.add_argument("--dtype", default="auto",
                     help=f"auto, bf16, fp32 or fp16 (verify-latency: a comma-separated list); {DTYPE_HELP}")
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -317,6 +408,10 @@ def main(argv=None) -> None:
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats, dtypes[0])
     elif args.what == "train-step":
         train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
+    elif args.what == "first-token":
+        first_token(args.methods.split("|"), int(args.budgets.split(",")[0]), args.repeats)
+    elif args.what == "logit-drift":
+        logit_drift(dtypes[0], args.new_tokens, int(args.sizes.split(",")[0]))
     elif args.what == "app-speed":
         app_speed(args.methods.split("|"), int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     elif args.what == "app-overhead":

@@ -23,7 +23,8 @@ def step_caption(record, texts: dict[int, str], block_size: int | None, prompt_t
                  method: str = "ddtree") -> str:
     """One line under the tree: what this step did, with its real numbers."""
     if record.step == 0:
-        return (f"**Step 0 is the prefill**: the target read the prompt{f' ({prompt_tokens} tokens)' if prompt_tokens else ''} "
+        size = f" ({prompt_tokens} tokens)" if prompt_tokens else ""
+        return (f"**Step 0 is the prefill**: the target read the prompt{size} "
                 f"in one forward and chose the first token itself (<code>{_piece(texts, record.bonus)}</code>). "
                 "Nothing is drafted yet; drafting starts at step 1.")
     t = record.tree
@@ -141,5 +142,6 @@ def divergence_note(div, label: str, texts: dict[int, str], dtype: str) -> str:
                if dtype != "fp32" else "")
         return (f"{where} The target's two best tokens there were a near-tie, broken differently by {dtype} rounding "
                 f"in the wider verification forward: not a fault of the method. {fix}").strip()
-    return (f"{where} ⚠ That is not a near-tie (a gap above {NEAR_TIE} logits, or not the same two tokens "
-            "swapped): it would be a bug. Please report it with this prompt and these settings.")
+    return (f"{where} ⚠ That is not a near-tie (gaps summing to more than the {NEAR_TIE} logits rounding can move, "
+            "or not the same two tokens swapped): it would be a bug. Please report it with this prompt and these "
+            "settings.")
