@@ -22,6 +22,7 @@ except ImportError:                     # local machines, CPU Spaces, CI
     def gpu(fn):
         return fn
 
+from core.accept import GREEDY_BELOW
 from core.config import MAX_BUDGET, MODEL_PAIRS, DecodeConfig
 from core.costs import BackgroundCurves
 from core.divergence import first_divergence
@@ -108,20 +109,23 @@ def _texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
     return texts
 
 
-def _ar_speed(pair, ids: list[int], cfg: DecodeConfig, state: dict, tokens: int) -> float:
-    """Plain-decoding tokens/s on the same prompt and settings over as many new tokens as the run made (speed per
-    token falls as the context grows, so a shorter baseline would flatter it); cached per session and prompt."""
+def _plain(pair, ids: list[int], cfg: DecodeConfig, state: dict, tokens: int) -> tuple[float, list]:
+    """Plain decoding's tokens/s and records on the same prompt and settings, over as many new tokens as the run
+    made (speed per token falls as the context grows, so a shorter baseline would flatter it); cached per session
+    and prompt. The records let a greedy run be checked token for token against plain decoding."""
     key = f"{pair.name}:{hashlib.sha1(str(ids).encode()).hexdigest()}:{cfg.temperature}:{tokens}"
     if key not in state["ar"]:
         ar = DecodeConfig(method="ar", temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                           seed=cfg.seed, max_new_tokens=tokens)
         with COSTS.decoding():
-            state["ar"][key] = summarize([list(generate(pair, ids, ar))]).tokens_per_second
+            records = list(generate(pair, ids, ar))
+            state["ar"][key] = (summarize([records]).tokens_per_second, records)
     return state["ar"][key]
 
 
-def metrics_md(records, ar_tps: float | None, status: str = "done") -> str:
-    return words.metrics(summarize([records]), ar_tps, status) if records else ""
+def metrics_md(records, ar_tps: float | None, status: str = "done", difference: str = "") -> str:
+    return words.metrics(summarize([records]), ar_tps, status) + (f"\n\n{difference}" if difference else "") \
+        if records else ""
 
 
 def _block_size(pair):
@@ -142,7 +146,7 @@ def _render(pair, records, state, ar_tps, full: bool, status: str = "done", show
     views = _step_views(pair, records, shown, texts, state, rule, full)
     slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
                        label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})")
-    out = [token_html(records, texts, highlight), views[0], slider, metrics_md(records, ar_tps, status),
+    out = [token_html(records, texts, highlight), views[0], slider, metrics_md(records, ar_tps, status, state.get("difference", "")),
            charts.budget_figure(records, COSTS.curves.get(pair.name), _draft_ms(records))]
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),
@@ -218,8 +222,13 @@ def run(prompt, method_label, budget, temperature, top_p, top_k, max_new, seed, 
     stopped = STOPPED.get(_session(request), 0.0) > started
     if cfg.method == "ar":
         ar_tps = summarize([records]).tokens_per_second
+    elif stopped:
+        ar_tps = None
     else:
-        ar_tps = None if stopped else _ar_speed(pair, ids, cfg, state, sum(len(r.committed) for r in records))
+        ar_tps, plain = _plain(pair, ids, cfg, state, sum(len(r.committed) for r in records))
+        div = first_divergence(plain, records) if cfg.temperature < GREEDY_BELOW else None
+        state["difference"] = words.divergence_note(div, method_label, _texts(pair, plain, state["texts"]),
+                                                    dtype_facts(pair.dtype, pair.device)[0]) if div else ""
     state["ar_tps"] = ar_tps
     yield _render(pair, records, state, ar_tps, full=True, status="stopped" if stopped else "done") + [state]
 

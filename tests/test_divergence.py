@@ -109,3 +109,16 @@ def test_clicking_a_differing_compare_row_shows_that_step(monkeypatch):
     assert "first differs from plain decoding" in tree_fig.layout.title.text
     verdict = app._verdict(base, [{"identical": "no"}] * len(app.COMPARED), state["compared"], 0.0, state)
     assert "token 4" in verdict and "near-tie" in verdict
+
+
+def test_a_run_that_differs_from_plain_decoding_says_where_in_its_metrics(monkeypatch):
+    import app
+
+    base = tiny_pair("llama", 3)
+    one, _, _ = _tie(base, 4, 0.004)
+    wide, _, _ = _tie(base, 4, -0.004)
+    plain = run(replace(base, target=one), PROMPT, DecodeConfig(method="ar", max_new_tokens=12))
+    monkeypatch.setitem(app.PAIRS, "tiny", replace(base, target=wide))
+    monkeypatch.setattr(app, "_plain", lambda *a, **k: (10.0, plain))     # plain decoding on the other rounding
+    *_, last = app.run(" ".join(map(str, PROMPT)), "DDTree", 8, 0.0, 1.0, 0, 12, 0, "tiny", None)
+    assert "DDTree** first differs at token 4" in last[3] and "near-tie" in last[3]
