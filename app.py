@@ -146,7 +146,8 @@ def _render(pair, records, state, ar_tps, full: bool, status: str = "done", show
     views = _step_views(pair, records, shown, texts, state, rule, full)
     slider = gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
                        label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})")
-    out = [token_html(records, texts, highlight), views[0], slider, metrics_md(records, ar_tps, status, state.get("difference", "")),
+    out = [token_html(records, texts, highlight), views[0], slider,
+           metrics_md(records, ar_tps, status, state.get("difference", "")),
            charts.budget_figure(records, COSTS.curves.get(pair.name), _draft_ms(records))]
     if full:
         out += [charts.tau_per_step(records), charts.histogram(records), charts.depth_rates(records),

@@ -54,8 +54,9 @@ def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
         path.append(node)
     rows = torch.tensor(path, device=logits.device)
     picked = torch.tensor([tree.tokens[i] for i in path[1:]] + [choice[node]], device=logits.device)
-    p = torch.softmax(logits[rows].float(), -1).gather(-1, picked[:, None])[:, 0].tolist()
-    return Acceptance(path, choice[node], p, second_choices(logits[rows], picked))
+    scores = logits[rows].float()                                                      # [len(path), V]
+    p = torch.softmax(scores, -1).gather(-1, picked[:, None])[:, 0].tolist()
+    return Acceptance(path, choice[node], p, second_choices(scores, picked))
 
 
 def second_choices(logits: torch.Tensor, chosen: torch.Tensor) -> list[tuple[int, float]]:

@@ -57,22 +57,12 @@ def test_browser_end_to_end(url):
     OUT.mkdir(exist_ok=True)
     errors, outside = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                          "--disable-background-networking", "--disable-component-update",
-                                          "--disable-default-apps", "--disable-extensions", "--disable-sync",
-                                          "--no-first-run", "--disable-quic"])
+        browser = _browser(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(
             ("http://127.0.0.1", "http://localhost", "data:", "blob:", "ws://127.0.0.1")) else None)
-        page.goto(url)
-        page.locator("#prompt textarea").fill(PROMPT)
-        _choose_method(page, "DDTree")
-        page.get_by_text("Sampling, length, seed, model pair").click()         # the folded settings
-        page.locator("#max_new input").fill("40")
-        page.locator("#budget input[type=number]").fill("32")
-        page.locator("#budget input[type=number]").press("Enter")
+        _settings(page, url, PROMPT, max_new=40, budget=32, method="DDTree")
         page.locator("#run").click()
         expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=120_000)
         expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)     # the final update
@@ -99,15 +89,26 @@ def test_browser_end_to_end(url):
     assert not outside, outside
 
 
-def _choose_method(page, label: str) -> None:
-    page.locator("#method input").click()
-    page.get_by_role("option", name=label, exact=True).click()
+def _settings(page, url: str, prompt: str, max_new: int, budget: int | None = None, method: str | None = None):
+    """Open the app and set what a newcomer sets: the prompt, the method, the budget, and (in the folded settings,
+    left open) the length."""
+    page.goto(url)
+    page.locator("#prompt textarea").fill(prompt)
+    if method:
+        page.locator("#method input").click()
+        page.get_by_role("option", name=method, exact=True).click()
+    page.get_by_text("Sampling, length, seed, model pair").click()
+    page.locator("#max_new input").fill(str(max_new))
+    if budget is not None:
+        page.locator("#budget input[type=number]").fill(str(budget))
+        page.locator("#budget input[type=number]").press("Enter")
 
 
 def _browser(p):
     return p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
                              args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                                   "--disable-background-networking", "--disable-component-update",
+                                   "--disable-default-apps", "--disable-extensions", "--disable-sync",
                                    "--no-first-run", "--disable-quic"])
 
 
@@ -123,10 +124,7 @@ def test_projector_layout_and_compare_read_as_a_user_reads_them(url):
     with sync_playwright() as p:
         browser = _browser(p)
         page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(url)
-        page.locator("#prompt textarea").fill(PROMPT)
-        page.get_by_text("Sampling, length, seed, model pair").click()
-        page.locator("#max_new input").fill("24")
+        _settings(page, url, PROMPT, max_new=24)
         page.get_by_text("Sampling, length, seed, model pair").click()         # folded again
         page.evaluate("window.scrollTo(0, 0)")           # filling a field scrolls it into view; Run must not
         page.locator("#run").click()
@@ -183,12 +181,7 @@ def test_compare_in_bf16_shows_where_and_why_outputs_differ(url):
         with sync_playwright() as p:
             browser = _browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(url)
-            page.locator("#prompt textarea").fill(flipped)
-            page.get_by_text("Sampling, length, seed, model pair").click()
-            page.locator("#max_new input").fill("24")
-            page.locator("#budget input[type=number]").fill("8")
-            page.locator("#budget input[type=number]").press("Enter")
+            _settings(page, url, flipped, max_new=24, budget=8)
             page.get_by_role("tab", name="Compare").click()
             page.locator("#compare").click()
             note = page.locator("#compare_note")

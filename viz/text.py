@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import statistics
 
+from core.adaptive import interpolate_cost
 from core.divergence import NEAR_TIE
 from viz import theme
 
@@ -101,14 +102,8 @@ def metrics(summary, ar_tps: float | None, status: str = "done") -> str:
 
 
 def verify_ratio(curve: dict[int, float], n: int) -> float:
-    """Cost of verifying n tokens in one forward, in one-token forwards (linear between measured sizes)."""
-    sizes = sorted(curve)
-    lo = max([s for s in sizes if s <= n], default=sizes[0])
-    hi = min([s for s in sizes if s >= n], default=sizes[-1])
-    ms = curve[lo] if hi == lo else curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
-    if n > sizes[-1] and len(sizes) > 1:
-        ms = curve[sizes[-1]] + (curve[sizes[-1]] - curve[sizes[-2]]) / (sizes[-1] - sizes[-2]) * (n - sizes[-1])
-    return ms / curve[sizes[0]]
+    """Cost of verifying n tokens in one forward, in one-token forwards (the adaptive budget's interpolation)."""
+    return float(interpolate_cost(curve, [n])[0]) / curve[min(curve)]
 
 
 def budget_note(method: str, budget: int, block_size: int | None, curve: dict[int, float] | None,
