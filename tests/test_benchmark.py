@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.baselines import dflash_official, hf_generate
-from core.benchmark import main, row_for, table
+from core.eval.baselines import dflash_official, hf_generate
+from core.eval.benchmark import main, row_for, table
 from core.config import DecodeConfig
 from core.engine import output_ids, run
 from tests.conftest import tiny_pair
@@ -68,7 +68,7 @@ def test_benchmark_cli_end_to_end(tmp_path, monkeypatch):
 
 
 def test_mt_bench_has_two_turns_and_the_second_continues_plain_decoding():
-    from core.benchmark import _messages, conversations
+    from core.eval.benchmark import _messages, conversations
 
     class Tok:
         def decode(self, ids, skip_special_tokens=False):
@@ -114,7 +114,7 @@ def test_readout_comparison_rows_are_labelled(tmp_path):
 
 
 def test_unknown_and_offline_hub_datasets_are_clear_errors(monkeypatch):
-    from core.datasets import load_prompts
+    from core.eval.datasets import load_prompts
 
     with pytest.raises(ValueError, match="unknown dataset"):
         load_prompts("gsm9k")

@@ -8,8 +8,8 @@ import torch
 from dataclasses import replace
 
 from core.config import DecodeConfig
-from core.diagnose import anchor_drafts, main, summarize
-from core.judge import reference_reply, replay
+from core.eval.diagnose import anchor_drafts, main, summarize
+from core.eval.judge import reference_reply, replay
 from tests.conftest import fitted_drafter, tiny_pair
 
 
@@ -68,7 +68,7 @@ def test_command_prints_both_tables_writes_counts_and_refuses_bad_depths(tmp_pat
 
 def test_counts_reach_out_as_each_prompt_finishes(tmp_path, monkeypatch):
     """An interrupted run leaves the counts of the prompts it finished, and says how many."""
-    import core.diagnose as diagnose
+    import core.eval.diagnose as diagnose
 
     prompts = tmp_path / "toy.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ["0 5 6 7", "9 8 7 6 5"]))

@@ -79,7 +79,7 @@ def test_fp32_runs_record_their_gaps_and_do_not_differ():
 
 
 def test_benchmark_counts_near_ties_among_differing_outputs():
-    from core.benchmark import _same_output
+    from core.eval.benchmark import _same_output
 
     plain = {"output": [5, 7, 9], "runner_up": [[6, 2.0], [8, 0.03], [1, 1.0]], "temperature": 0.0}
     tie = {"output": [5, 8, 4], "runner_up": [[6, 2.0], [7, 0.02], [3, 1.0]], "temperature": 0.0}

@@ -10,7 +10,7 @@ from core.dflash import random_drafter_for
 from tests.conftest import tiny_pair
 from core.config import DecodeConfig
 from core.engine import output_ids, run
-from core.judge import main, reference_reply, replay
+from core.eval.judge import main, reference_reply, replay
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -58,7 +58,7 @@ def test_command_compares_drafters_on_shared_references(tmp_path, capsys):
 def test_an_interrupted_command_resumes_to_the_uninterrupted_table(tmp_path, capsys, monkeypatch):
     """Rows reach --out prompt by prompt; a rerun reuses them, decodes only the prompts without rows, and prints
     the table and returns the rows an uninterrupted run does."""
-    import core.judge as judge
+    import core.eval.judge as judge
 
     pair = tiny_pair()
     prompts = tmp_path / "toy.jsonl"

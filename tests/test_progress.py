@@ -22,7 +22,7 @@ def toy(tmp_path):
 
 
 def test_dtype_defaults_to_autos_choice_and_says_why(toy, capsys, monkeypatch):
-    from core.judge import main
+    from core.eval.judge import main
 
     monkeypatch.setattr(core.hardware, "auto_dtype", lambda device_type="cpu": DtypeChoice(torch.bfloat16,
                                                                                            "bf16: stub"))
@@ -40,7 +40,7 @@ def test_dtype_defaults_to_autos_choice_and_says_why(toy, capsys, monkeypatch):
 
 
 def test_judge_and_diagnose_show_progress_on_stderr_only(toy, capsys):
-    from core import diagnose, judge
+    from core.eval import diagnose, judge
 
     pair = tiny_pair()
     rows = judge.main(["--drafters", "a", "--datasets", str(toy), "--n", "2", "--methods", "chain",
@@ -56,7 +56,7 @@ def test_judge_and_diagnose_show_progress_on_stderr_only(toy, capsys):
 
 
 def test_benchmark_progress_counts_resumed_runs_as_done(toy, tmp_path, capsys):
-    from core.benchmark import main
+    from core.eval.benchmark import main
 
     args = ["--datasets", str(toy), "--n", "2", "--max-new-tokens", "8", "--out", str(tmp_path / "out")]
     main(args + ["--methods", "chain"], pair=tiny_pair())

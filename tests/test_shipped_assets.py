@@ -62,7 +62,7 @@ def test_shipped_drafter_chain_tau_on_two_fixed_prompts():
     """The first two prompts of the benchmark's GSM8K-test set (never trained on), fp32, greedy: a random drafter
     gets τ ≈ 1.0. Chain and DDTree with this drafter emit plain decoding's tokens exactly."""
     from core.config import DecodeConfig
-    from core.datasets import load_prompts
+    from core.eval.datasets import load_prompts
     from core.engine import output_ids, run
     from core.models import encode_chat, load_pair
 

@@ -225,7 +225,7 @@ def test_lr_schedule_warms_up_then_decays():
 
 
 def test_training_prompts_exclude_evaluation_prompts():
-    from core.datasets import gsm8k_test, humaneval, mtbench_questions
+    from core.eval.datasets import gsm8k_test, humaneval, mtbench_questions
     from core.training.prompts import training_prompts
 
     train = {p.text.strip() for p in training_prompts()}
@@ -472,7 +472,7 @@ def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():
     accepted about nothing gets nearly whole blocks of them accepted by the real decode loop (τ near B = 8), and the
     output stays the target's."""
     from core.engine import output_ids, run
-    from core.judge import reference_reply
+    from core.eval.judge import reference_reply
     from core.models import ModelPair
     from core.records import summarize
     from core.training.train import evaluate_tau

@@ -60,7 +60,7 @@ def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int =
 
 @torch.inference_mode()
 def generate(args) -> None:
-    from core.benchmark import progress
+    from core.eval.benchmark import progress
     from core.models import encode_chat, load_target
 
     seed = args.seed + args.round - 1         # round 1 keeps the seed its replies were made with
@@ -126,7 +126,7 @@ def generate(args) -> None:
 
 
 def main() -> None:
-    from core.benchmark import add_dtype_option, announce_dtype
+    from core.eval.benchmark import add_dtype_option, announce_dtype
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")

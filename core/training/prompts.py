@@ -110,7 +110,7 @@ def code_prompts(seed: int = 0) -> list[Prompt]:
 def training_prompts(seed: int = 0, data_dir: Path | None = None) -> list[Prompt]:
     """All training prompts, shuffled deterministically so that any prefix of the list mixes every source.
     Prompts that also appear in an evaluation set are dropped (AlpacaEval contains some MT-Bench questions)."""
-    from core.datasets import evaluation_texts
+    from core.eval.datasets import evaluation_texts
 
     banned = evaluation_texts()
     prompts = [p for p in shared_prompts(data_dir) + code_prompts(seed) if _bare(p.text) not in banned]

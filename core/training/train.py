@@ -7,7 +7,7 @@ Frozen target, embedding and LM head; random anchors over reply tokens, redrawn 
 blocks; cross-entropy weighted exp(-(k-1)/gamma); AdamW with warm-up, cosine decay and gradient clipping; bf16
 autocast where the hardware computes bf16 natively (`--bf16` / `--no-bf16` choose). Checkpoints (safetensors +
 JSON, atomic) every few minutes; rerunning resumes. Every `--eval-every` minutes tau is measured on held-out prompts
-(replayed on fixed greedy replies, `core.judge`, or with the real decode loop), and the best drafter so far is
+(replayed on fixed greedy replies, `core.eval.judge`, or with the real decode loop), and the best drafter so far is
 exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
 `generate_data` is still running.
 """
@@ -153,11 +153,11 @@ def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
 def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_tokens: int,
                  references: list[tuple] | None = None) -> dict:
     """tau of chain and DDTree (budget 64), greedy, on held-out prompts: with `references` (`fixed_references`)
-    replayed on those fixed replies (`core.judge`: every checkpoint judged on the same tokens), else decoded for
+    replayed on those fixed replies (`core.eval.judge`: every checkpoint judged on the same tokens), else decoded for
     real, where a near-tie tipped in bf16 moves a reply and its tau by whole tokens."""
     from core.config import DecodeConfig
     from core.engine import run
-    from core.judge import prompt_tau, replay
+    from core.eval.judge import prompt_tau, replay
     from core.models import ModelPair
     from core.records import summarize
 
@@ -179,7 +179,7 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
 def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[tuple]:
     """(prompt, the target's greedy reply, its hidden states over both) per held-out prompt: made once per run,
     so `evaluate_tau` replays every checkpoint on the same replies."""
-    from core.judge import reference_reply, reference_states
+    from core.eval.judge import reference_reply, reference_states
     from core.models import ModelPair
 
     pair = ModelPair("eval", target, tokenizer, None, target.dtype, target.device)

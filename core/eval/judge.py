@@ -1,6 +1,6 @@
 """Judge drafters on one fixed trajectory per prompt: acceptance along the target's own greedy reply.
 
-    python -m core.judge --drafters assets/drafters/smollm2-135m-dflash-b16,runs/final13 --datasets gsm8k --n 30
+    python -m core.eval.judge --drafters assets/drafters/smollm2-135m-dflash-b16,runs/final13 --datasets gsm8k --n 30
 
 The benchmark decodes for real, and in bf16 a drafter that tips one near-tie sends the reply down another path:
 per-prompt τ then swings by whole tokens for reasons that are not the drafter's. At temperature 0 the loop is
@@ -35,9 +35,9 @@ def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[in
 
 def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set[int] = frozenset()):
     """(index, prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's
-    message, and the target's greedy reply to it (shared with `core.diagnose`). Prompts whose index is in `skip` (a
+    message, and the target's greedy reply to it (shared with `core.eval.diagnose`). Prompts whose index is in `skip` (a
     resumed run has their rows) are not decoded; the progress bar counts them as done, so its ETA is the rest's."""
-    from core.benchmark import conversations, dataset_name, progress
+    from core.eval.benchmark import conversations, dataset_name, progress
     from core.models import encode_messages
 
     items = conversations(dataset, n)
@@ -103,8 +103,8 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
 
 def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Adds and checks the options that choose the prompts and the target's greedy replies to them (shared with
-    `core.diagnose`)."""
-    from core.benchmark import add_dtype_option
+    `core.eval.diagnose`)."""
+    from core.eval.benchmark import add_dtype_option
 
     ap.add_argument("--datasets", default="gsm8k",
                     help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
@@ -122,7 +122,7 @@ def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespac
 
 def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
-    from core.benchmark import announce_dtype
+    from core.eval.benchmark import announce_dtype
     from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

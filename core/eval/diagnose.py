@@ -1,6 +1,6 @@
 """Where a drafter misses: draft from every position of the target's own greedy reply and compare with the reply.
 
-    python -m core.diagnose --drafter assets/drafters/smollm2-135m-dflash-b16 --datasets gsm8k --n 30
+    python -m core.eval.diagnose --drafter assets/drafters/smollm2-135m-dflash-b16 --datasets gsm8k --n 30
 
 The benchmark and the judge count what each verification step accepts. Here every reply token is an anchor, as
 if it were a step's bonus token, and the drafter's top-1 token at each depth is compared with the reply: how often
@@ -104,8 +104,8 @@ def report(stats: dict) -> str:
 
 def main(argv=None, pair=None) -> dict:
     """`pair` stands in for loading, as in tests."""
-    from core.benchmark import announce_dtype
-    from core.judge import parse_reference_args, reference_replies
+    from core.eval.benchmark import announce_dtype
+    from core.eval.judge import parse_reference_args, reference_replies
     from core.models import load_drafter, load_pair
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,4 +1,4 @@
-"""Benchmark figures from rows (`core.benchmark`): τ against budget, speed-up against budget, the acceptance
+"""Benchmark figures from rows (`core.eval.benchmark`): τ against budget, speed-up against budget, the acceptance
 histogram and the time split, per dataset and temperature. Each figure is a small spec rendered twice: interactive
 HTML (Plotly, loading plotly.js from its CDN) and a static PNG (matplotlib) for documents."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from core.baselines import BASELINES
+from core.eval.baselines import BASELINES
 from core.records import PHASES
 
 

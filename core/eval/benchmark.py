@@ -1,6 +1,6 @@
 """Benchmark methods and budgets on prompt sets, with plain decoding of the same prompts in the same run.
 
-    python -m core.benchmark --datasets gsm8k --n 30 --methods ar,chain,ddtree --budgets 64 --max-new-tokens 256
+    python -m core.eval.benchmark --datasets gsm8k --n 30 --methods ar,chain,ddtree --budgets 64 --max-new-tokens 256
 
 Methods: the engine's (ar, chain, ddtree, presto, presto-beam, ddtree-auto, presto-auto) and, on the same target
 and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup decoding) and
@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tqdm import tqdm  # noqa: E402
 
-from core.baselines import BASELINES  # noqa: E402
+from core.eval.baselines import BASELINES  # noqa: E402
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
 from core.divergence import first_difference, flatten  # noqa: E402
 
@@ -95,7 +95,7 @@ def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float
 
 def baseline_row(dataset: str, index: int, cfg: DecodeConfig, run, ar_tpot: float | None,
                  label: str | None = None) -> dict:
-    """A row for a baseline outside the engine (`core.baselines`): same fields, no per-step detail."""
+    """A row for a baseline outside the engine (`core.eval.baselines`): same fields, no per-step detail."""
     tokens = len(run.output)
     tpot = run.decode_s / max(1, tokens - 1)
     return {"dataset": dataset, "prompt": index, "method": label or cfg.method, "budget": 0,
@@ -253,7 +253,7 @@ def main(argv=None, pair=None) -> list[dict]:
     text = table(rows)
     (out / "table.md").write_text(f"{machine}\n\n{text}\n")
     print(text)
-    from core.figures import write_figures
+    from core.eval.figures import write_figures
 
     for path in write_figures(rows, out / "figures"):
         print("figure:", path)
@@ -268,7 +268,7 @@ def dataset_name(source: str) -> str:
 
 def conversations(source: str, n: int) -> list[list[str]]:
     """User turns per item: MT-Bench has two (as in DFlash's benchmark), every other set (mt-bench-first too) one."""
-    from core.datasets import load_prompts, mtbench_questions, subset
+    from core.eval.datasets import load_prompts, mtbench_questions, subset
 
     if source == "mt-bench":
         return subset(mtbench_questions(), n)
@@ -296,7 +296,7 @@ def _messages(dataset: str, index: int, turns: list[str], temperature: float, ro
 
 def _generate(method: str, pair, prompt_ids: list[int], cfg: DecodeConfig):
     """Records from the engine, or a BaselineRun for a baseline outside it."""
-    from core.baselines import run_baseline
+    from core.eval.baselines import run_baseline
     from core.engine import run
 
     if method in BASELINES:

@@ -1,12 +1,12 @@
 """Engine micro-benchmarks, each measured side by side with its baseline in one process.
 
-    python -m core.perf ar-vs-generate   # our `ar` loop against transformers `generate`, greedy, same prompts
-    python -m core.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
-    python -m core.perf forward-ab       # the engine's target forward against transformers' model(...), per N
-    python -m core.perf tree-cost        # tree build + mask time per step as a share of the step
-    python -m core.perf app-overhead     # a run streamed through the app's handler against the bare loop
-    python -m core.perf memory           # RSS over a long run and over repeated runs, against the records' size
-    python -m core.perf train-step       # one training sequence's loss + backward, full readout against --draft-readout
+    python -m core.eval.perf ar-vs-generate   # our `ar` loop against transformers `generate`, greedy, same prompts
+    python -m core.eval.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
+    python -m core.eval.perf forward-ab       # the engine's target forward against transformers' model(...), per N
+    python -m core.eval.perf tree-cost        # tree build + mask time per step as a share of the step
+    python -m core.eval.perf app-overhead     # a run streamed through the app's handler against the bare loop
+    python -m core.eval.perf memory           # RSS over a long run and over repeated runs, against the records' size
+    python -m core.eval.perf train-step       # one training sequence's loss + backward, full readout against --draft-readout
 
 Medians over repeats; the machine is shared and noisy, so read the ratios.
 """
@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from core.benchmark import DTYPE_ALIASES, DTYPE_HELP, DTYPES, announce_dtype  # noqa: E402
+from core.eval.benchmark import DTYPE_ALIASES, DTYPE_HELP, DTYPES, announce_dtype  # noqa: E402
 from core.config import DecodeConfig  # noqa: E402
 from core.verify import tree_inputs  # noqa: E402
 
