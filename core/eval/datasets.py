@@ -18,10 +18,16 @@ import json
 import random
 from pathlib import Path
 
-from core.training.prompts import MATH_SUFFIX, shared_data_dir
-
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 HUMANEVAL_FORMAT = ("Write a solution to the following problem and make sure that it passes the tests:\n"
                     "```python\n{}\n```")
+
+
+def shared_data_dir() -> Path:
+    """The shared prompt files (evaluation and training splits): $SHARED_DATA_DIR, else ../shared/data."""
+    env = os.environ.get("SHARED_DATA_DIR")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
 
 
 def _package_file(package: str, *parts: str) -> Path:

@@ -6,13 +6,13 @@ no training prompt equals an evaluation prompt, and that the shipped replies ans
 from __future__ import annotations
 
 import json
-import os
 import random
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from core.eval.datasets import MATH_SUFFIX, evaluation_texts, shared_data_dir
+
 TRAIN_FILES = ("gsm8k_train.jsonl", "alpaca_eval.jsonl", "alpaca_seed_tasks.jsonl",
                "self_instruct_user_oriented.jsonl")
 EVAL_FILES = ("gsm8k_test.jsonl",)
@@ -22,11 +22,6 @@ EVAL_FILES = ("gsm8k_test.jsonl",)
 class Prompt:
     key: str      # "<source>:<index>", stable across runs (used to resume and to split held-out prompts)
     text: str
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("SHARED_DATA_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -51,8 +46,6 @@ def shared_prompts(data_dir: Path | None = None) -> list[Prompt]:
             out.append(Prompt(f"{name.removesuffix('.jsonl')}:{i}", _instruction(row)))
     return out
 
-
-MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 
 _CODE_TASKS = [
     "reverses a string", "checks whether a number is prime", "returns the n-th Fibonacci number",
@@ -110,8 +103,6 @@ def code_prompts(seed: int = 0) -> list[Prompt]:
 def training_prompts(seed: int = 0, data_dir: Path | None = None) -> list[Prompt]:
     """All training prompts, shuffled deterministically so that any prefix of the list mixes every source.
     Prompts that also appear in an evaluation set are dropped (AlpacaEval contains some MT-Bench questions)."""
-    from core.eval.datasets import evaluation_texts
-
     banned = evaluation_texts()
     prompts = [p for p in shared_prompts(data_dir) + code_prompts(seed) if _bare(p.text) not in banned]
     random.Random(seed).shuffle(prompts)
