@@ -175,7 +175,7 @@ def _warn_missing_table(pair, cfg: DecodeConfig) -> None:
     table = getattr(pair, "ngram_table", None)
     if cfg.method.startswith("presto") and (table is None or not Path(table).is_file()):
         gr.Warning("No n-gram table for this model pair: PRESTO scores paths with this request's own n-gram counts "
-                   "only (build one with `python -m core.ngram build`).")
+                   "only (build one with `python -m core.training.build_ngram`).")
 
 
 def _guarded(steps):

@@ -5,11 +5,10 @@ for any context, the probabilities sum to 1 over the vocabulary. Orders whose co
 the remaining weights are renormalised. Counts come from a static table built from the target's own generations
 (the drafter's training data) plus online counts of the current request (prompt and tokens generated so far).
 
-    python -m core.ngram build --data runs/data --out assets/ngram/smollm2-135m-3gram.npz [--order 3]
+    python -m core.training.build_ngram --data runs/data --out assets/ngram/smollm2-135m-3gram.npz [--order 3]
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import warnings
@@ -79,7 +78,7 @@ class NgramTable:
                                for i, k in enumerate(keys.tolist())}
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise ValueError(f"n-gram table {path} is missing or unreadable ({e}); rebuild it with "
-                             "`python -m core.ngram build`") from e
+                             "`python -m core.training.build_ngram`") from e
         return cls(order, vocab, rows)
 
 
@@ -174,7 +173,7 @@ def load_model(path: str | Path | None, vocab: int, order: int = 3) -> NgramMode
     a corrupt one is an error."""
     if path is None or not Path(path).exists():
         warnings.warn(f"n-gram table {path} not found: PRESTO uses only the request's own n-gram counts "
-                      "(build the table with `python -m core.ngram build`)", stacklevel=2)
+                      "(build the table with `python -m core.training.build_ngram`)", stacklevel=2)
         return NgramModel(vocab, order)
     path = Path(path)
     return NgramModel(vocab, order, _cached_table(str(path.resolve()), path.stat().st_mtime_ns))
@@ -184,28 +183,3 @@ def load_model(path: str | Path | None, vocab: int, order: int = 3) -> NgramMode
 def _cached_table(path: str, mtime_ns: int) -> NgramTable:
     """Tables are read-only (a model keeps its online counts apart), so requests share one load per file version."""
     return NgramTable.load(path)
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="count n-grams of the target's generations")
-    b.add_argument("--data", default="runs/data", help="shards (and replies archives) from core.training.generate_data")
-    b.add_argument("--out", default="assets/ngram/smollm2-135m-3gram.npz")
-    b.add_argument("--order", type=int, default=3)
-    b.add_argument("--vocab", type=int, default=49152)
-    args = ap.parse_args(argv)
-    from core.training.data import load_replies
-    from core.training.prompts import is_held_out, prompt_key, training_prompts
-
-    allowed = {p.key for p in training_prompts() if not is_held_out(p.key)}   # never an evaluation prompt's reply
-    seqs = [r for key, r in load_replies(args.data).items() if prompt_key(key) in allowed]
-    table = NgramTable.build(seqs, args.order, args.vocab)
-    table.save(args.out)
-    print(f"{sum(len(s) for s in seqs)} tokens from {len(seqs)} replies -> {args.out} "
-          f"({Path(args.out).stat().st_size / 1e6:.1f} MB; contexts per order: "
-          f"{ {j: len(r) for j, r in table.rows.items()} })")
-
-
-if __name__ == "__main__":
-    main()

@@ -339,8 +339,8 @@ def test_export_after_resuming_keeps_the_archived_replies(tmp_path, capsys):
     assert {k: r.tolist() for k, r in load_replies(data).items()} == {
         prompts[0].key: [100, 2], prompts[1].key: [101, 2], prompts[2].key: [300, 2], prompts[3].key: [301, 2]}
 
-    from core.ngram import main as ngram_main
-    ngram_main(["build", "--data", str(data), "--out", str(tmp_path / "t.npz")])   # counts the archive's too
+    from core.training.build_ngram import main as build_ngram
+    build_ngram(["--data", str(data), "--out", str(tmp_path / "t.npz")])   # counts the archive's too
     assert capsys.readouterr().out.startswith("8 tokens from 4 replies")
 
 
