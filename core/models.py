@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub.constants
 import torch
 
 from core.config import MODEL_PAIRS, PairSpec
@@ -25,6 +26,14 @@ EMBEDDED_TARGET = "embedded:smollm2-135m-instruct"
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_offline() -> None:
+    """A command line's environment default: offline unless HF_HUB_OFFLINE says otherwise (the shipped pair needs
+    no network). `huggingface_hub` reads the variable once, when imported, which a CLI's imports have already done."""
+    if "HF_HUB_OFFLINE" not in os.environ:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
 
 
 class ModelLoadError(RuntimeError):

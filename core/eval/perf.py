@@ -4,28 +4,46 @@
     python -m core.eval.perf verify-latency   # target forward time for 1..512 tree tokens on a cached context
     python -m core.eval.perf forward-ab       # the engine's target forward against transformers' model(...), per N
     python -m core.eval.perf tree-cost        # tree build + mask time per step as a share of the step
-    python -m core.eval.perf app-overhead     # a run streamed through the app's handler against the bare loop
+    python -m core.eval.perf first-token      # seconds from Run to the first token in a browser, fresh cache
+    python -m core.eval.perf logit-drift      # how far forward width moves the target's logits
     python -m core.eval.perf memory           # RSS over a long run and over repeated runs, against the records' size
-    python -m core.eval.perf train-step       # one training sequence's loss + backward, full readout against --draft-readout
+    python -m core.eval.perf train-step       # a training sequence's loss + backward, full readout vs --draft-readout
 
+The app's own speed (app-overhead, app-speed) is measured by `python -m studio.perf`, which may import the app.
 Medians over repeats; the machine is shared and noisy, so read the ratios.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from dataclasses import fields
+from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
+import psutil
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from core.eval.benchmark import DTYPE_ALIASES, DTYPE_HELP, DTYPES, announce_dtype  # noqa: E402
-from core.config import DecodeConfig  # noqa: E402
-from core.verify import tree_inputs  # noqa: E402
+from core.config import DecodeConfig
+from core.costs import measure, sample_tree
+from core.drafter import readout_ids
+from core.engine import generate, output_ids, run
+from core.eval.benchmark import DTYPE_ALIASES, DTYPE_HELP, DTYPES, announce_dtype
+from core.fast_forward import forward, pack_linears
+from core.kv_cache import cache_kwargs, crop_to, new_cache
+from core.models import (EMBEDDED_TARGET, ModelPair, default_offline, embedded_target_dir, encode_chat,
+                         load_custom_pair, load_drafter, load_pair, load_target)
+from core.records import summarize
+from core.training.data import load_sequences, make_blocks
+from core.training.train import weighted_loss
+from core.verify import tree_inputs
 
 PROMPTS = ["Write a Python function that checks whether a string is a palindrome.",
            "What are some good tips for staying focused while studying?",
@@ -34,10 +52,6 @@ PROMPTS = ["Write a Python function that checks whether a string is a palindrome
 
 
 def ar_vs_generate(dtype: str, new_tokens: int, repeats: int) -> None:
-    from core.engine import run
-    from core.models import encode_chat, load_pair
-    from core.records import summarize
-
     pair = load_pair("smollm2-135m", dtype=dtype, with_drafter=False)
     prompts = [encode_chat(pair.tokenizer, p) for p in PROMPTS]
     ours, theirs = [], []
@@ -59,9 +73,6 @@ def ar_vs_generate(dtype: str, new_tokens: int, repeats: int) -> None:
 
 
 def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[str]) -> dict:
-    from core.costs import measure
-    from core.models import load_target
-
     table = {}
     for dtype in dtypes:
         target, _ = load_target(dtype=dtype)
@@ -76,19 +87,14 @@ def verify_latency(sizes: list[int], past_len: int, repeats: int, dtypes: list[s
 def forward_ab(sizes: list[int], past_len: int, repeats: int, dtype: str) -> None:
     """Tree verification forwards through `core.fast_forward` and through `model(...)`, alternating on the same
     cached context, with a bit-for-bit comparison of their logits and hidden states."""
-    from core import fast_forward
-    from core.costs import sample_tree
-    from core.kv_cache import cache_kwargs, crop_to, new_cache
-    from core.models import load_target
-
     target, _ = load_target(dtype=dtype)
     vocab = target.get_input_embeddings().weight.shape[0]
     ours, stock = new_cache(target), new_cache(target)
     prefix = torch.randint(0, vocab, (1, past_len))
-    fast_forward.forward(target, prefix, ours)
+    forward(target, prefix, ours)
     with torch.no_grad():
         target(input_ids=prefix, **cache_kwargs(target, stock))
-    print(f"packed linear weights: {fast_forward.pack_linears(target)}\n")
+    print(f"packed linear weights: {pack_linears(target)}\n")
     print("| tree tokens N | transformers ms | ours ms | ratio | bitwise equal |\n|---:|---:|---:|---:|:---:|")
     for n in sizes:
         inputs = tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device)
@@ -99,7 +105,7 @@ def forward_ab(sizes: list[int], past_len: int, repeats: int, dtype: str) -> Non
                 x = target(**inputs, **cache_kwargs(target, stock), output_hidden_states=True)
             a.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            y = fast_forward.forward(target, cache=ours, output_hidden_states=True, **inputs)
+            y = forward(target, cache=ours, output_hidden_states=True, **inputs)
             b.append(time.perf_counter() - t0)
             equal &= torch.equal(x.logits, y.logits) and all(map(torch.equal, x.hidden_states, y.hidden_states))
             crop_to(stock, past_len)
@@ -109,10 +115,6 @@ def forward_ab(sizes: list[int], past_len: int, repeats: int, dtype: str) -> Non
 
 
 def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, drafter: str | None) -> None:
-    from core.engine import run
-    from core.models import EMBEDDED_TARGET, encode_chat, load_custom_pair, load_pair
-    from core.records import summarize
-
     pair = load_custom_pair(EMBEDDED_TARGET, drafter, dtype) if drafter else load_pair("smollm2-135m", dtype=dtype)
     ids = [encode_chat(pair.tokenizer, p) for p in PROMPTS[:prompts]]
     print("| budget | tree build ms/step | mask ms/step | step ms | (tree + mask) share of step | verify share | "
@@ -133,72 +135,11 @@ def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, dra
               f"{s.phase_shares['verify']:.1%} | {s.phase_shares['draft']:.1%} |")
 
 
-def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
-    """Wall time of a whole run streamed through the app's handler (figures built, throttled updates) against
-    the bare engine loop the CLI runs, same prompts and settings; the app's post-run plain-decoding
-    measurement is excluded (it is a separate baseline run)."""
-    import app
-    from core.engine import run
-    from core.models import encode_chat
-
-    pair = app.get_pair("smollm2-135m")
-    app._plain = lambda *a, **k: (1.0, [])
-    ratios = []
-    for rep in range(repeats + 1):
-        for text in PROMPTS:
-            ids = encode_chat(pair.tokenizer, text)
-            t0 = time.perf_counter()
-            records = run(pair, ids, DecodeConfig(method="ddtree", budget=budget, max_new_tokens=new_tokens))
-            cli = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            updates = list(app.run(text, "DDTree", budget, 0.0, 1.0, 0, new_tokens, 0, "smollm2-135m", None))
-            ui = time.perf_counter() - t0
-            assert len(updates[-1][-1]["records"]) == len(records)
-            if rep:
-                ratios.append(cli / ui)
-    print(f"| app speed / CLI speed (median of {len(ratios)} paired runs) | {statistics.median(ratios):.3f} |\n"
-          f"| min | {min(ratios):.3f} |")
-
-
-def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) -> None:
-    """What a visitor reads: the app's Run handler on each example prompt (math, code, chat, story) with the
-    app's own defaults, and the speed-up against plain decoding that its metrics table shows (plain decoding of
-    the same prompt, measured by the app in the same process). Medians over `repeats` rounds."""
-    import re
-
-    import app
-
-    pair = app.get_pair(app.usable_pairs()[0])
-    print(f"app defaults: method {app.DEFAULT_METHOD!r}, budget {app.DEFAULT_BUDGET}; cost curve "
-          f"{app.COSTS.status(pair.name)}; {new_tokens} new tokens")
-    print("| example | method | τ | tokens/s | speed-up vs plain (median) | each round |\n"
-          "|---|---|---:|---:|---:|---|")
-    names = ("math", "code", "chat", "story")
-    for name, (prompt,) in zip(names, app.EXAMPLES):
-        for label in methods:
-            state, seen = None, []
-            for _ in range(repeats):
-                *_, last = app.run(prompt, label, budget, 0.0, 1.0, 0, new_tokens, 0, pair.name, state)
-                state = {"ar": {}}                # a fresh plain-decoding baseline every round
-                table = last[3].splitlines()[2]
-                tau, tps, speed = re.findall(r"[\d.]+", table)[:3]
-                seen.append((float(tau), float(tps), float(speed)))
-            speeds = [x[2] for x in seen]
-            print(f"| {name} | {label} | {statistics.median(x[0] for x in seen):.2f} | "
-                  f"{statistics.median(x[1] for x in seen):.1f} | **{statistics.median(speeds):.2f}×** | "
-                  + ", ".join(f"{v:.2f}" for v in speeds) + " |", flush=True)
-
-
 @torch.inference_mode()
 def logit_drift(dtype: str, new_tokens: int, width: int) -> None:
     """How far forward width moves the target's logits: each reply position's top-2 logits from the one-token
     forward plain decoding runs, against the same positions inside one `width`-token forward on the same cache
     (a verification's width). A greedy flip needs a top-1/top-2 gap below this movement (`core.divergence`)."""
-    from core.engine import output_ids, run
-    from core.fast_forward import forward
-    from core.kv_cache import crop_to, new_cache
-    from core.models import encode_chat, load_pair
-
     pair = load_pair("smollm2-135m", dtype=dtype, with_drafter=False)
     moves, gaps = [], []
     for text in PROMPTS:
@@ -226,15 +167,8 @@ def first_token(methods: list[str], budget: int, repeats: int) -> None:
     DRAFT_TREE_CACHE holding only the converted weights, the app started, its page in headless Chromium at
     1280x720 (Debian's chromium, driven by Playwright), the default math example. "default" keeps the app's
     method; another name is chosen in the dropdown with the budget set."""
-    import shutil
-    import subprocess
-    import tempfile
-    import urllib.request
-    from pathlib import Path
-
+    # playwright is a dev requirement that only this measurement needs, so it is imported here
     from playwright.sync_api import sync_playwright
-
-    from core.models import embedded_target_dir
 
     weights = embedded_target_dir()
     print("| setting | app up after (s) | first token after Run (s) |\n|---|---:|---:|")
@@ -279,8 +213,6 @@ def first_token(methods: list[str], budget: int, repeats: int) -> None:
 
 def record_bytes(record) -> int:
     """Approximate memory a StepRecord holds: its lists (pointers + Python numbers) and numpy arrays."""
-    import sys
-
     def deep(x):
         if isinstance(x, np.ndarray):
             return x.nbytes
@@ -299,14 +231,6 @@ def record_bytes(record) -> int:
 def memory(budget: int, new_tokens: int, repeats: int, dtype: str) -> None:
     """Resident memory while one long generation runs (no stop token, so it lasts `new_tokens`), against the bytes
     its records hold; then after each of `repeats` further runs whose records are dropped."""
-    import gc
-    from dataclasses import fields
-
-    import psutil
-
-    from core.engine import generate
-    from core.models import ModelPair, encode_chat, load_pair
-
     class NoStop(ModelPair):
         stop_ids = property(lambda self: [])
 
@@ -342,11 +266,6 @@ def memory(budget: int, new_tokens: int, repeats: int, dtype: str) -> None:
 def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_anchor: int) -> None:
     """Seconds of loss + backward per training sequence of the shipped drafter on the shipped replies, the softmax
     over all V against `--draft-readout`'s rows, alternating on the same sequences and blocks."""
-    from core.drafter import readout_ids
-    from core.models import load_drafter, load_target
-    from core.training.data import load_sequences, make_blocks
-    from core.training.train import weighted_loss
-
     target, tok = load_target("embedded:smollm2-135m-instruct", dtype=dtype)
     drafter = load_drafter("assets/drafters/smollm2-135m-dflash-b16", target, dtype="fp32").requires_grad_(True)
     seqs = load_sequences("assets/training_data", tokenizer=tok)
@@ -370,12 +289,12 @@ def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_
 
 
 def main(argv=None) -> None:
+    default_offline()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "app-overhead",
-                                     "app-speed", "first-token", "logit-drift", "memory", "train-step"])
+    ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "first-token",
+                                     "logit-drift", "memory", "train-step"])
     ap.add_argument("--methods", default="DDTree, auto budget",
-                    help="app-speed, first-token: the app's method labels, separated by '|' (default: the app's "
-                         "default; first-token: 'default' keeps it)")
+                    help="first-token: the app's method labels, separated by '|' ('default' keeps the app's)")
     ap.add_argument("--dtype", default="auto",
                     help=f"auto, bf16, fp32 or fp16 (verify-latency: a comma-separated list); {DTYPE_HELP}")
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -412,10 +331,6 @@ def main(argv=None) -> None:
         first_token(args.methods.split("|"), int(args.budgets.split(",")[0]), args.repeats)
     elif args.what == "logit-drift":
         logit_drift(dtypes[0], args.new_tokens, int(args.sizes.split(",")[0]))
-    elif args.what == "app-speed":
-        app_speed(args.methods.split("|"), int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
-    elif args.what == "app-overhead":
-        app_overhead(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats)
     else:
         tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, dtypes[0], args.drafter)
 
