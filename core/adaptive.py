@@ -122,6 +122,7 @@ class AdaptiveBudget:
         return True
 
     def observe(self, record) -> None:
+        getattr(self.base, "observe", lambda r: None)(record)     # a builder with memory (hybrid) learns too
         drafted = record.draft_tokens is not None
         for kind, (tokens, seconds) in self.speed.items():      # both decay: after a long pause, a probe counts
             mine = kind == drafted

@@ -69,4 +69,4 @@ def _append(tree: DraftTree, token: int, parent: int, depth: int, rank: int, log
 
 
 BUILDERS = {"chain": build_chain, "ddtree": build_ddtree}
-NESTED = {"chain", "ddtree", "presto"}   # builders whose budget-b tree is the first b nodes of any larger one
+NESTED = {"chain", "ddtree", "presto", "hybrid"}   # builders whose budget-b tree is the first b nodes of any larger one

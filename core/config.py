@@ -9,15 +9,17 @@ import math
 import os
 from dataclasses import dataclass
 
-METHODS = ("ar", "chain", "ddtree", "presto", "presto-beam", "ddtree-auto", "presto-auto")
-TREE_METHODS = ("ddtree", "presto", "presto-beam", "ddtree-auto", "presto-auto")
-AUTO_METHODS = {"ddtree-auto": "ddtree", "presto-auto": "presto"}   # adaptive budget over a nested builder
+METHODS = ("ar", "chain", "ddtree", "presto", "presto-beam", "hybrid", "ddtree-auto", "presto-auto", "hybrid-auto")
+TREE_METHODS = ("ddtree", "presto", "presto-beam", "hybrid", "ddtree-auto", "presto-auto", "hybrid-auto")
+# adaptive budget over a nested builder
+AUTO_METHODS = {"ddtree-auto": "ddtree", "presto-auto": "presto", "hybrid-auto": "hybrid"}
 MAX_BUDGET = 1024  # verification cost grows ~linearly past 64 nodes; beyond this a step costs more than it saves
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    # method: ar | chain (vanilla DFlash) | ddtree | presto | presto-beam | ddtree-auto | presto-auto
+    # method: ar | chain (vanilla DFlash) | ddtree | presto | presto-beam | hybrid (drafter + retrieval, one tree)
+    #         | ddtree-auto | presto-auto | hybrid-auto
     method: str = "ddtree"
     budget: int = 64             # draft-tree nodes B, the root (bonus token) not counted; -auto: the largest tried
     temperature: float = 0.0     # 0 (or < 1e-5) = greedy; > 0 samples from the (top-p / top-k warped) target

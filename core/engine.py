@@ -15,6 +15,7 @@ from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.dflash import DraftKV, extract_features
 from core.drafter import BlockDraft, draft_block, readout_for
 from core.fast_forward import forward
+from core.hybrid import HybridBuilder
 from core.kv_cache import compact, new_cache
 from core.limits import check_memory, context_window, release_free_memory
 from core.records import StepRecord, timed
@@ -141,6 +142,8 @@ def default_builder(cfg: DecodeConfig, pair):
         return lambda draft, budget, bonus, history: fn(draft.logq, draft.tokens, budget, bonus)
     if cfg.method == "ar":
         return lambda draft, budget, bonus, history: root_only(bonus)
+    if cfg.method == "hybrid":
+        return HybridBuilder()
     from core.presto import presto_builder  # PRESTO needs its n-gram model
 
     vocab = pair.target.get_output_embeddings().weight.shape[0]

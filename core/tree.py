@@ -10,7 +10,7 @@ in pop order, so for DDTree the first b+1 nodes are exactly the tree of budget b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -20,16 +20,20 @@ class DraftTree:
     tokens: list[int]        # [N] token ids; tokens[0] is the bonus token
     parents: list[int]       # [N] parent node, -1 for the root
     depths: list[int]        # [N] 0 for the root
-    ranks: list[int]         # [N] rank of the token among the drafter's candidates at its depth (-1 for root)
-    logq: list[float]        # [N] log q_d(token) of the drafter at that depth (0 for the root)
+    ranks: list[int]         # [N] rank of the token among the drafter's candidates at its depth (-1: root, or
+    #                          a retrieved token the drafter did not propose)
+    logq: list[float]        # [N] log q_d(token) of the drafter at that depth (0 for the root; hybrid: a retrieved
+    #                          node's calibrated log acceptance rate when that is higher)
     prefix_logq: list[float]  # [N] sum of logq along the root-to-node path: log q(u), DDTree's eq. 7
     score: list[float]       # [N] the builder's ranking score (= prefix_logq for DDTree; PRESTO's S(u))
+    origin: list[int] | None = None  # [N] who proposed each node: DRAFTER | RETRIEVED bits (hybrid); None: drafter
 
     def __post_init__(self):
         n = len(self.tokens)
         assert self.parents[0] == -1 and self.depths[0] == 0
         assert all(len(a) == n for a in (self.parents, self.depths, self.ranks, self.logq, self.prefix_logq,
                                          self.score))
+        assert self.origin is None or len(self.origin) == n
         assert all(0 <= self.parents[i] < i for i in range(1, n))
 
     @property
@@ -47,6 +51,14 @@ class DraftTree:
         return max(self.depths)
 
 
+DRAFTER, RETRIEVED = 1, 2   # `origin` bits: proposed by the drafter, found by retrieval (both: 3; the root: 0)
+
+
+def origins(tree: DraftTree) -> list[int]:
+    """[N] each node's proposers (a tree without `origin` is all the drafter's)."""
+    return tree.origin if tree.origin is not None else [0] + [DRAFTER] * tree.size
+
+
 def root_only(bonus: int) -> DraftTree:
     return DraftTree([bonus], [-1], [0], [-1], [0.0], [0.0], [0.0])
 
@@ -54,8 +66,7 @@ def root_only(bonus: int) -> DraftTree:
 def truncate(tree: DraftTree, budget: int) -> DraftTree:
     """The first `budget` drafted nodes: for nested builders, the tree that budget would have built."""
     n = min(len(tree.tokens), budget + 1)
-    return DraftTree(*(getattr(tree, f)[:n] for f in
-                       ("tokens", "parents", "depths", "ranks", "logq", "prefix_logq", "score")))
+    return DraftTree(*(None if getattr(tree, f.name) is None else getattr(tree, f.name)[:n] for f in fields(tree)))
 
 
 def ancestor_mask(tree: DraftTree) -> np.ndarray:
