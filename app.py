@@ -30,6 +30,7 @@ from core.engine import check_inputs, generate
 from core.hardware import describe_dtype, dtype_facts
 from core.models import ModelLoadError, encode_chat, load_pair
 from core.records import summarize
+from core.tree import accepted_by
 from viz import charts, text as words
 from viz.theme import DARK_CSS
 from viz.tokens import CSS as TOKEN_CSS
@@ -37,7 +38,8 @@ from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
 METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
-           "PRESTO-beam": "presto-beam", "DDTree, auto budget": "ddtree-auto", "PRESTO, auto budget": "presto-auto"}
+           "PRESTO-beam": "presto-beam", "Hybrid (drafter + retrieval)": "hybrid", "DDTree, auto budget": "ddtree-auto",
+           "PRESTO, auto budget": "presto-auto", "Hybrid, auto budget": "hybrid-auto"}
 EXAMPLES = [
     ["Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
      "clips did Natalia sell altogether in April and May?\nPlease reason step by step, and put your final answer "
@@ -51,7 +53,7 @@ FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set wh
 MAX_PROMPT_CHARS = 20_000
 TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
 DEFAULT_METHOD, DEFAULT_BUDGET = "DDTree, auto budget", 64  # fastest (BENCHMARKS.md, "The app on this CPU")
-COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO")
+COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO", "Hybrid, auto budget")
 COMPARE_HEADERS = ["method", "budget", "τ", "tokens/s", "speed-up vs plain", "identical to plain?"]
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
 COSTS = BackgroundCurves()              # each pair's verification-cost curve, measured in the background
@@ -124,8 +126,11 @@ def _plain(pair, ids: list[int], cfg: DecodeConfig, state: dict, tokens: int) ->
 
 
 def metrics_md(records, ar_tps: float | None, status: str = "done", difference: str = "") -> str:
-    return words.metrics(summarize([records]), ar_tps, status) + (f"\n\n{difference}" if difference else "") \
-        if records else ""
+    if not records:
+        return ""
+    hybrid = any(r.tree.origin is not None for r in records)
+    sources = tuple(map(sum, zip(*(accepted_by(r.tree, r.accepted) for r in records)))) if hybrid else None
+    return words.metrics(summarize([records]), ar_tps, status, sources) + (f"\n\n{difference}" if difference else "")
 
 
 def _block_size(pair):
@@ -430,6 +435,11 @@ matching path is accepted, plus one token of its own (the bonus). Lossless at an
 
 **PRESTO** ranks paths with a prefix-aligned score S(u) = Σ log q_i(u_i) + λ · log p_ngram(u_i | path so far),
 since the drafter's q_i cannot see which token the path chose before position i.
+
+**Hybrid** adds what the drafter cannot propose: continuations copied from the prompt and the reply so far
+(the tokens that followed the current suffix before, as prompt lookup does), grafted at the root and below the
+drafter's nodes. A retrieved token's probability is its measured acceptance rate for its match length in this run,
+so one heap ranks both proposers on one scale; retrieved nodes wear a fuchsia diamond.
 
 **Auto budget** (DDTree / PRESTO, auto budget) removes the budget guesswork: every step it builds the tree at the
 slider's budget B and keeps the first b nodes that maximise expected tokens per second,

@@ -59,6 +59,13 @@ def origins(tree: DraftTree) -> list[int]:
     return tree.origin if tree.origin is not None else [0] + [DRAFTER] * tree.size
 
 
+def accepted_by(tree: DraftTree, accepted: list[int]) -> tuple[int, int, int]:
+    """Accepted drafts proposed by the drafter only, found by retrieval only, and by both (hybrid trees)."""
+    origin = origins(tree)
+    kinds = [origin[i] for i in accepted[1:]]
+    return kinds.count(DRAFTER), kinds.count(RETRIEVED), kinds.count(DRAFTER | RETRIEVED)
+
+
 def root_only(bonus: int) -> DraftTree:
     return DraftTree([bonus], [-1], [0], [-1], [0.0], [0.0], [0.0])
 

@@ -105,3 +105,31 @@ def test_the_builder_calibrates_on_what_was_accepted():
     trials_before = builder.calibration.trials.sum()
     run(pair, prompt, DecodeConfig(method="hybrid", budget=16, max_new_tokens=32), builder=builder)
     assert builder.calibration.trials.sum() > trials_before
+
+
+def test_views_mark_retrieved_nodes_and_count_proposers():
+    from core.records import summarize
+    from core.tree import accepted_by
+    from viz import text
+    from viz.tree_graph import tree_figure
+
+    pair = tiny_pair("qwen3", 3)
+    prompt = [0] + [int(t) for t in np.random.default_rng(3).integers(2, 12, size=24)]
+    records = run(pair, prompt, DecodeConfig(method="hybrid", budget=32, max_new_tokens=96))
+    record = max(records[1:], key=lambda r: accepted_by(r.tree, r.accepted)[1] + accepted_by(r.tree, r.accepted)[2])
+    found = [i for i, o in enumerate(record.tree.origin) if o & RETRIEVED]
+    fig = tree_figure(record, {})
+    rings = [t for t in fig.data if t.name and t.name.startswith("found by retrieval")]
+    assert len(rings) == 1 and len(rings[0].x) == len(found)
+    hovers = [row[9] for row in fig.data[1].customdata]
+    assert sum("found by retrieval" in h for h in hovers) == len(found)
+    caption = text.step_caption(record, {}, 8, method="hybrid")
+    drafter, retrieval, both = accepted_by(record.tree, record.accepted)
+    assert f"Retrieval found {len(found)} of the {record.tree.size} nodes" in caption
+    assert f"{drafter} from the drafter, {retrieval} from retrieval, {both} from both" in caption
+    assert retrieval + both > 0
+    totals = tuple(map(sum, zip(*(accepted_by(r.tree, r.accepted) for r in records))))
+    assert "Accepted drafts by proposer: {} from the drafter, {} from retrieval, {} from both".format(*totals) \
+        in text.metrics(summarize([records]), None, sources=totals)
+    plain = run(pair, prompt, DecodeConfig(method="ddtree", budget=32, max_new_tokens=8))[1]
+    assert "Retrieval" not in text.step_caption(plain, {}, 8) and len(tree_figure(plain, {}).data) == 4

@@ -1,7 +1,8 @@
 """The draft tree of one step as a tidy tree, depth left to right so it reads like text.
 
 Node colour is log10 of the prefix probability q(u) on a range fixed for the whole run, on a scale with no green and
-no blue; the accepted path is drawn on top in green, and the target's bonus token follows it as a blue star. Labelled
+no blue; the accepted path is drawn on top in green, and the target's bonus token follows it as a blue star. In a
+hybrid tree, nodes found by retrieval wear a fuchsia diamond (a legend entry of their own). Labelled
 at any size: the accepted path, the bonus and the most probable nodes of each depth, pushed apart (with a leader line)
 so they do not overlap at the figure's height; other nodes where their label fits. WebGL above 300 nodes. Inputs are
 a StepRecord and a token-id -> text map; no model is touched.
@@ -12,6 +13,7 @@ import math
 
 import plotly.graph_objects as go
 
+from core.tree import DRAFTER, RETRIEVED, origins
 from viz import theme
 
 TOP_PER_DEPTH = 3   # most probable nodes of each depth that are always labelled
@@ -77,9 +79,11 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
 
     p_walk = {node: p for node, p in zip(record.accepted[1:], record.p_committed)}
     labels = [theme.label(texts.get(t, str(t))) for t in tree.tokens]
+    origin = origins(tree)
     custom = [[labels[i], tree.tokens[i], tree.depths[i], tree.ranks[i], math.exp(tree.logq[i]),
                math.exp(tree.prefix_logq[i]), tree.score[i],
-               f"{p_walk[i]:.3f}" if i in p_walk else "–", "accepted" if i in on_path else "not accepted"]
+               f"{p_walk[i]:.3f}" if i in p_walk else "–", "accepted" if i in on_path else "not accepted",
+               PROPOSERS[origin[i]], "q (drafter)" if origin[i] & DRAFTER or not i else "acceptance rate (calibrated)"]
               for i in range(n)]
     nodes = scatter(
         x=x, y=y, mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
@@ -88,9 +92,14 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
                     line=dict(width=0.5, color="rgba(255, 255, 255, 0.6)"), colorbar=theme.colorbar()),
         customdata=custom,
         hovertemplate=("<b>%{customdata[0]}</b> (id %{customdata[1]})<br>depth %{customdata[2]}, rank "
-                       "%{customdata[3]}<br>q (drafter) %{customdata[4]:.3f}<br>q(prefix) %{customdata[5]:.2e}<br>"
+                       "%{customdata[3]}<br>%{customdata[10]} %{customdata[4]:.3f}<br>q(prefix) %{customdata[5]:.2e}<br>"
                        "score %{customdata[6]:.3f}<br>p (target, on the walk) %{customdata[7]}<br>"
-                       "%{customdata[8]}<extra></extra>"))
+                       "%{customdata[8]}; %{customdata[9]}<extra></extra>"))
+    found = [i for i in range(1, n) if origin[i] & RETRIEVED]
+    rings = scatter(x=[x[i] for i in found], y=[y[i] for i in found], mode="markers", hoverinfo="skip",
+                    name="found by retrieval (copied from the prompt or reply)",
+                    marker=dict(size=max(8, min(18, int(slot_px) + 6)), symbol="diamond-open", color=theme.RETRIEVED,
+                                line=dict(width=2, color=theme.RETRIEVED)))
 
     path = record.accepted
     last = path[-1]
@@ -125,7 +134,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
 
     if not title:
         title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
-    fig = go.Figure([edges, nodes, accepted, bonus])
+    fig = go.Figure([edges, nodes] + ([rings] if found else []) + [accepted, bonus])
     fig.update_layout(**theme.layout(
         title if "tree" in title.lower() else f"Draft tree, {title}", height=height, margin=MARGIN,
         annotations=annotations,
@@ -133,6 +142,10 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
                    range=[-0.5, max(bonus_x, max(x)) + 0.6]),
         yaxis=dict(visible=False, range=[leaves, top])))
     return fig
+
+
+PROPOSERS = {0: "the target's bonus token (root)", DRAFTER: "proposed by the drafter",
+             RETRIEVED: "found by retrieval", DRAFTER | RETRIEVED: "proposed by the drafter and found by retrieval"}
 
 
 def top_per_depth(depths: list[int], prefix_logq: list[float], k: int = TOP_PER_DEPTH) -> list[int]:
