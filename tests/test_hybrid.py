@@ -133,3 +133,18 @@ def test_views_mark_retrieved_nodes_and_count_proposers():
         in text.metrics(summarize([records]), None, sources=totals)
     plain = run(pair, prompt, DecodeConfig(method="ddtree", budget=32, max_new_tokens=8))[1]
     assert "Retrieval" not in text.step_caption(plain, {}, 8) and len(tree_figure(plain, {}).data) == 4
+
+
+@pytest.mark.parametrize("arch,seed", [("llama", 0), ("qwen3", 3)])
+def test_prompt_lookup_on_the_fixed_reply_equals_transformers_run(arch, seed):
+    """The judge compares hybrid with prompt lookup on one fixed reply; its prompt-lookup τ is transformers' own."""
+    from core.eval.baselines import PROMPT_LOOKUP_TOKENS, hf_generate, prompt_lookup_steps
+
+    pair = tiny_pair(arch, seed)
+    prompt = [0] + [int(t) for t in np.random.default_rng(seed).integers(2, 12, size=24)]
+    cfg = DecodeConfig(method="ar", max_new_tokens=96)
+    reference = output_ids(run(pair, prompt, cfg))
+    lookup = hf_generate(pair, prompt, cfg, prompt_lookup=PROMPT_LOOKUP_TOKENS)
+    steps = prompt_lookup_steps(pair, prompt, reference, 96)
+    assert lookup.output == reference and len(steps) == lookup.forwards and sum(steps) == len(reference) - 1
+    assert max(steps) > 1                     # it did copy: the comparison is not between two plain decoders

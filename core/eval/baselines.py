@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 BASELINES = ("hf-generate", "hf-prompt-lookup", "dflash-official")
 PROMPT_LOOKUP_TOKENS = 10     # transformers' documented default for prompt_lookup_num_tokens
@@ -82,7 +83,7 @@ _OFFICIAL: dict[int, object] = {}
 
 def official_drafter(pair):
     """The pair's drafter weights loaded into z-lab's `DFlashDraftModel` (saved once to a temporary folder)."""
-    from dflash.model import DFlashDraftModel
+    from dflash.model import DFlashDraftModel   # optional package (z-lab's reference code), only this baseline
 
     key = id(pair.drafter)
     if key not in _OFFICIAL:
@@ -95,7 +96,7 @@ def official_drafter(pair):
 @torch.inference_mode()
 def dflash_official(pair, prompt_ids: list[int], cfg) -> BaselineRun:
     """z-lab's `dflash_generate` (vanilla DFlash, argmax chain) with its own timers."""
-    import dflash.model as official
+    import dflash.model as official   # optional package (z-lab's reference code), only this baseline
 
     if pair.device.type != "cuda":
         official._cuda_time = time.perf_counter       # its timer synchronises CUDA, which a CPU run lacks
@@ -111,6 +112,27 @@ def dflash_official(pair, prompt_ids: list[int], cfg) -> BaselineRun:
     output = stats.output_ids[0, len(prompt_ids):].tolist()
     decode = stats.time_per_output_token * stats.num_output_tokens
     return BaselineRun(output, total - decode, decode, len(stats.acceptance_lengths))
+
+
+def prompt_lookup_steps(pair, prompt_ids: list[int], reference: list[int], max_new_tokens: int) -> list[int]:
+    """Tokens committed per target forward by `transformers`' greedy prompt-lookup decoding when its output is the
+    fixed reply `reference` (the judge's trajectory; reference[0] is the prefill's token): `transformers`' own
+    candidate generator, configured as `generate` configures it, proposes; the reply decides, as greedy assisted
+    decoding does (the longest matching prefix, then the target's own token)."""
+    lookup = PromptLookupCandidateGenerator(
+        eos_token_id=torch.tensor(sorted(pair.stop_ids)), num_output_tokens=PROMPT_LOOKUP_TOKENS,
+        max_matching_ngram_size=pair.target.generation_config.max_matching_ngram_size or 2,
+        max_length=len(prompt_ids) + max_new_tokens)
+    steps, t = [], 0
+    while t < len(reference) - 1:              # reference[t] is the last token the target has chosen
+        ids = torch.tensor([prompt_ids + reference[: t + 1]])
+        proposed = lookup.get_candidates(ids)[0][0, ids.shape[1]:].tolist()
+        n = 0
+        while n < len(proposed) and t + 1 + n < len(reference) and proposed[n] == reference[t + 1 + n]:
+            n += 1
+        steps.append(min(n + 1, len(reference) - 1 - t))
+        t += steps[-1]
+    return steps
 
 
 def run_baseline(method: str, pair, prompt_ids: list[int], cfg) -> BaselineRun:
