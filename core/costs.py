@@ -5,6 +5,7 @@ No run waits for it: the app measures it in the background at start, and until a
 adaptive budget starts from `estimated_curve` and fits the real costs from its own steps."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -16,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from core.builders import build_ddtree
 from core.fast_forward import covered, forward
-from core.hardware import NATIVE_BF16_FLAGS, cpu_info
+from core.hardware import NATIVE_BF16_FLAGS, cpu_info, describe_dtype
 from core.kv_cache import crop_to, new_cache
 from core.limits import context_window
+from core.models import cache_dir, default_offline, load_pair
 from core.tree import DraftTree
 from core.verify import tree_inputs
 
@@ -92,8 +95,6 @@ def monotone(curve: dict[int, float]) -> dict[int, float]:
 
 
 def _path(target, folder: Path | None) -> Path:
-    from core.models import cache_dir
-
     return (folder or cache_dir() / "costs") / f"{cost_key(target)}.json"
 
 
@@ -198,20 +199,13 @@ class BackgroundCurves:
 def main(argv=None) -> int:
     """python -m core.costs: measure and cache the curve for a model pair's target (what the app does in the
     background), so that `ddtree-auto` in the CLI starts from it instead of an estimate."""
-    import argparse
-
-    from tqdm import tqdm
-
-    from core.hardware import describe_dtype
-    from core.models import load_pair
-
     ap = argparse.ArgumentParser(prog="python -m core.costs", description=main.__doc__)
     ap.add_argument("--pair", default="smollm2-135m")
     ap.add_argument("--dtype", default="auto", help="auto (default), bf16, fp32 or fp16")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--force", action="store_true", help="measure again even if a curve is cached")
     args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    default_offline()
     pair = load_pair(args.pair, dtype=args.dtype, with_drafter=False)
     print(f"dtype {describe_dtype(pair.dtype, pair.device)}")
     if args.force:

@@ -8,8 +8,13 @@ through the target's own frozen LM head. Config fields and tensor names are z-la
 """
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
@@ -186,11 +191,6 @@ class DFlashDrafter(nn.Module):
     def save(self, folder, dtype: torch.dtype = torch.bfloat16) -> None:
         """Write config.json + model.safetensors (no embedding or LM head: they are the target's), and
         draft_vocab.json when the readout is restricted (the official implementation ignores it)."""
-        import json
-        from pathlib import Path
-
-        from safetensors.torch import save_file
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()
@@ -250,8 +250,6 @@ def deepen(drafter: DFlashDrafter, n_layers: int) -> DFlashDrafter:
     """`drafter` with layers appended up to `n_layers`, each a copy of its last layer whose output projections
     (o_proj, down_proj) are zero: the residual stream, hence every logit, is unchanged at the start, and training
     grows the new capacity from the trained function instead of from scratch."""
-    import copy
-
     if n_layers < len(drafter.layers):
         raise ValueError(f"cannot deepen a {len(drafter.layers)}-layer drafter to {n_layers} layers")
     config = copy.deepcopy(drafter.config)

@@ -7,12 +7,13 @@ The default model pair is the embedded SmolLM2-135M with its shipped DFlash draf
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from core.config import MAX_BUDGET, METHODS, MODEL_PAIRS, DecodeConfig  # noqa: E402
+from core.config import MAX_BUDGET, METHODS, MODEL_PAIRS, DecodeConfig
+from core.engine import generate
+from core.hardware import describe_dtype
+from core.models import ModelLoadError, default_offline, encode_chat, load_custom_pair, load_pair
+from core.records import summarize
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    default_offline()
     args = parse_args(argv)
     cfg = DecodeConfig(method=args.method, budget=args.budget, temperature=args.temperature, top_p=args.top_p,
                        top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed,
@@ -60,11 +62,6 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from core.engine import generate
-    from core.hardware import describe_dtype
-    from core.models import ModelLoadError, encode_chat, load_custom_pair, load_pair
-    from core.records import summarize
-
     try:
         if args.target:
             pair = load_custom_pair(args.target, args.drafter if args.method != "ar" else None, args.dtype,

@@ -6,6 +6,8 @@ depths 0..k, exactly their final positions, so their cached keys already carry t
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
@@ -47,7 +49,5 @@ def compact(cache, past_len: int, keep: torch.Tensor) -> None:
 
 def cache_kwargs(model, cache) -> dict:
     """The cache keyword of `model.forward`: `cache` in transformers 5.x, `past_key_values` before."""
-    import inspect
-
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     return {name: cache, "use_cache": True}

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from core.config import MAX_BUDGET
+
 SHARE = 0.5     # of the currently available memory, for one run's cache and transient tensors
 
 
@@ -59,8 +61,6 @@ class Limits:
 
 
 def limits(target, allowance: int | None = None) -> Limits:
-    from core.config import MAX_BUDGET
-
     allowance = int(available_bytes(target.device) * SHARE) if allowance is None else allowance
     window = context_window(target)
     ctx = min(window, 2048)

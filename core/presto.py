@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from core.builders import _append, clean
+from core.ngram import load_model
 from core.tree import DraftTree, root_only
 
 
@@ -138,8 +139,6 @@ def presto_builder(cfg, vocab: int, table_path: str | Path | None, ngram=None):
     """The engine's builder for one request: keeps the n-gram model's online counts up to date with the history.
     Without a table for this tokenizer, PRESTO scores with the request's own n-gram counts only."""
     if ngram is None:
-        from core.ngram import load_model
-
         ngram = load_model(table_path, vocab=vocab, order=cfg.ngram_order)
 
     def build(draft, budget, bonus, history):

@@ -73,12 +73,12 @@ def test_interrupt_keeps_finished_replies(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
             yield item
 
-    monkeypatch.setattr(batching, "continuous_generate", interrupted)
+    monkeypatch.setattr(generate_data, "continuous_generate", interrupted)
     monkeypatch.setattr(sys, "argv", ["generate_data", "--out", str(tmp_path), "--max-new-tokens", "4",
                                       "--batch-size", "2", "--batches-per-shard", "4", "--limit", "6",
                                       "--threads", "2"])
     generate_data.main()
     assert len(generate_data.done_keys(tmp_path)) == 2          # the shard was not complete, still written
-    monkeypatch.setattr(batching, "continuous_generate", real)
+    monkeypatch.setattr(generate_data, "continuous_generate", real)
     generate_data.main()
     assert len(generate_data.done_keys(tmp_path)) == 6

@@ -6,6 +6,8 @@ import re
 import pytest
 import torch
 
+import core.eval.benchmark
+import core.eval.judge
 import core.hardware
 import core.models
 from core.hardware import DtypeChoice, cpu_summary
@@ -24,10 +26,10 @@ def toy(tmp_path):
 def test_dtype_defaults_to_autos_choice_and_says_why(toy, capsys, monkeypatch):
     from core.eval.judge import main
 
-    monkeypatch.setattr(core.hardware, "auto_dtype", lambda device_type="cpu": DtypeChoice(torch.bfloat16,
+    monkeypatch.setattr(core.eval.benchmark, "auto_dtype", lambda device_type="cpu": DtypeChoice(torch.bfloat16,
                                                                                            "bf16: stub"))
     asked = []
-    monkeypatch.setattr(core.models, "load_pair", lambda name, dtype: asked.append(dtype) or tiny_pair())
+    monkeypatch.setattr(core.eval.judge, "load_pair", lambda name, dtype: asked.append(dtype) or tiny_pair())
     args = ["--drafters", "a", "--datasets", str(toy), "--n", "1", "--methods", "chain", "--max-new-tokens", "4"]
     for extra, line in [([], "dtype bf16 (bf16: stub)"),
                         (["--dtype", "fp32"], "dtype fp32 (--dtype fp32; auto would choose bf16: stub)"),

@@ -15,12 +15,12 @@ from tests.conftest import tiny_target
 def patched_target(monkeypatch):
     """The real tokenizer with a tiny random target behind it, served by `core.models.load_target` so that
     `core.training.train.main` runs end to end in seconds."""
-    import core.models
+    import core.training.train
     from core.models import load_tokenizer
 
     tok = load_tokenizer()
     target = tiny_target(vocab=len(tok))
-    monkeypatch.setattr(core.models, "load_target", lambda *a, **k: (target, tok))
+    monkeypatch.setattr(core.training.train, "load_target", lambda *a, **k: (target, tok))
     return target, tok
 
 

@@ -19,19 +19,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
+from dataclasses import replace
 from itertools import product
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from core.eval.baselines import BASELINES  # noqa: E402
-from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
-from core.divergence import first_difference, flatten  # noqa: E402
+from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig
+from core.divergence import first_difference, flatten
+from core.engine import run
+from core.eval.baselines import BASELINES, run_baseline
+from core.eval.datasets import load_prompts, mtbench_questions, subset
+from core.eval.figures import write_figures
+from core.hardware import DtypeChoice, auto_dtype, cpu_summary
+from core.models import default_offline, encode_messages, load_drafter, load_pair, resolve_device, resolve_dtype
+from core.records import summarize
 
 SWEPT = ("presto", "presto-beam")   # methods run once per --lams value
 DRAFTING = ("chain",) + TREE_METHODS   # methods run once per --readouts value
@@ -51,11 +56,6 @@ def announce_dtype(requested: str, pair=None):
     """(DtypeChoice, line): the dtype a run computes in, why, and on what, printed to stderr at its start, since
     bf16 on a CPU that emulates it is several times slower. "auto" is `core.hardware.auto_dtype`'s choice for the
     device; `pair`: an already loaded pair, whose dtype rules."""
-    import torch
-
-    from core.hardware import DtypeChoice, auto_dtype, cpu_summary
-    from core.models import resolve_device, resolve_dtype
-
     if pair is not None:
         choice, device = DtypeChoice(pair.dtype, "the pair given"), pair.device
     else:
@@ -77,8 +77,6 @@ def progress(iterable=None, **kwargs) -> tqdm:
 def row_for(dataset: str, index: int, cfg: DecodeConfig, records, ar_tpot: float | None,
             label: str | None = None) -> dict:
     """One prompt's row; `label` names the method in tables (e.g. "presto λ=0.1" in a λ sweep)."""
-    from core.records import summarize
-
     s = summarize([records])
     tpot = s.decode_seconds / max(1, s.tokens - 1)
     row = {"dataset": dataset, "prompt": index, "method": label or cfg.method, "budget": _budget(cfg),
@@ -165,9 +163,7 @@ def _same_output(pairs: list[tuple[dict, dict]]) -> tuple[int, str]:
 
 def main(argv=None, pair=None) -> list[dict]:
     """Run the benchmark; `pair` (a loaded ModelPair) replaces --pair / --dtype."""
-    from core.config import METHODS
-    from core.models import encode_messages, load_pair
-
+    default_offline()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench, mt-bench-first, "
                                                          "a .jsonl, "
@@ -200,10 +196,6 @@ def main(argv=None, pair=None) -> list[dict]:
     done = {(r["dataset"], r["prompt"], r["method"], r["budget"], r["temperature"]) for r in rows}
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     if args.drafter:
-        from dataclasses import replace
-
-        from core.models import load_drafter
-
         pair = replace(pair, name=f"{pair.name}+{args.drafter}", drafter=load_drafter(args.drafter, pair.target,
                                                                                         pair.dtype))
     methods = ["ar"] + [m for m in args.methods.split(",") if m != "ar"]
@@ -253,8 +245,6 @@ def main(argv=None, pair=None) -> list[dict]:
     text = table(rows)
     (out / "table.md").write_text(f"{machine}\n\n{text}\n")
     print(text)
-    from core.eval.figures import write_figures
-
     for path in write_figures(rows, out / "figures"):
         print("figure:", path)
     return rows
@@ -268,8 +258,6 @@ def dataset_name(source: str) -> str:
 
 def conversations(source: str, n: int) -> list[list[str]]:
     """User turns per item: MT-Bench has two (as in DFlash's benchmark), every other set (mt-bench-first too) one."""
-    from core.eval.datasets import load_prompts, mtbench_questions, subset
-
     if source == "mt-bench":
         return subset(mtbench_questions(), n)
     return [[p] for p in load_prompts(source, n)]
@@ -296,9 +284,6 @@ def _messages(dataset: str, index: int, turns: list[str], temperature: float, ro
 
 def _generate(method: str, pair, prompt_ids: list[int], cfg: DecodeConfig):
     """Records from the engine, or a BaselineRun for a baseline outside it."""
-    from core.eval.baselines import run_baseline
-    from core.engine import run
-
     if method in BASELINES:
         return run_baseline(method, pair, prompt_ids, cfg)
     return run(pair, prompt_ids, cfg)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import os
 import json
+import os
 import random
 from pathlib import Path
 

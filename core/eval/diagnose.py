@@ -14,12 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from core.dflash import DraftKV, extract_features
+from core.drafter import draft_block, readout_for
+from core.eval.benchmark import announce_dtype
+from core.eval.judge import parse_reference_args, reference_replies
+from core.fast_forward import forward
+from core.kv_cache import new_cache
+from core.models import default_offline, load_drafter, load_pair
 
 CONFIDENCE_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0)
 OFFSETS = (-2, -1, 1, 2)
@@ -30,11 +37,6 @@ def anchor_drafts(pair, prompt_ids: list[int], reference: list[int], depth: int)
     """(drafted, p): drafted[t, d] is the top-1 token drafted at depth d + 1 with reference[t] as the bonus token
     at position P + t [R-1, depth]; p[t] is the target's probability of reference[t + 1] there [R-1]. One target
     forward over prompt + reply; the drafter's context cache grows anchor by anchor, as in the loop."""
-    from core.dflash import DraftKV, extract_features
-    from core.drafter import draft_block, readout_for
-    from core.fast_forward import forward
-    from core.kv_cache import new_cache
-
     target, drafter, n = pair.target, pair.drafter, len(prompt_ids)
     ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
     out = forward(target, ids, new_cache(target), output_hidden_states=True, logits_to_keep=0)
@@ -104,10 +106,7 @@ def report(stats: dict) -> str:
 
 def main(argv=None, pair=None) -> dict:
     """`pair` stands in for loading, as in tests."""
-    from core.eval.benchmark import announce_dtype
-    from core.eval.judge import parse_reference_args, reference_replies
-    from core.models import load_drafter, load_pair
-
+    default_offline()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafter", default=None, help="drafter folder or hub id (default: the pair's own)")
     ap.add_argument("--depth", type=int, default=4, help="drafted depths to examine")
@@ -120,8 +119,6 @@ def main(argv=None, pair=None) -> dict:
     announce_dtype(args.dtype, pair)
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     if args.drafter:
-        from dataclasses import replace
-
         pair = replace(pair, drafter=load_drafter(args.drafter, pair.target, pair.dtype))
     if args.depth > pair.drafter.block_size - 1:
         ap.error(f"--depth is at most {pair.drafter.block_size - 1} for this drafter (block size "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import plotly.graph_objects as go
+
 from core.eval.baselines import BASELINES
 from core.records import PHASES
 
@@ -72,8 +74,6 @@ def specs(rows: list[dict]) -> dict[str, dict]:
 
 
 def _plotly(spec: dict):
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     for i, (name, x, y) in enumerate(spec["series"]):
         if spec["kind"] == "line":
@@ -90,6 +90,7 @@ def _plotly(spec: dict):
 
 
 def _png(spec: dict, path: Path) -> None:
+    # imported here: the PNG export alone needs matplotlib, whose backend must be chosen before pyplot loads
     import matplotlib
 
     matplotlib.use("Agg")

@@ -14,22 +14,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch
 
-import torch  # noqa: E402
-
-from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig  # noqa: E402
+from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig
+from core.dflash import DraftKV, extract_features
+from core.drafter import draft_block, readout_for
+from core.engine import check_inputs, clip_draft, default_builder, draft_sizes, output_ids, run
+from core.eval.benchmark import add_dtype_option, announce_dtype, conversations, dataset_name, progress
+from core.fast_forward import forward
+from core.kv_cache import new_cache
+from core.limits import context_window
+from core.models import default_offline, encode_messages, load_drafter, load_pair
+from core.tree import child_maps
 
 
 def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
     """The target's greedy reply, by plain decoding (the loop's `ar`)."""
-    from core.engine import output_ids, run
-
     return output_ids(run(pair, prompt_ids, DecodeConfig(method="ar", max_new_tokens=max_new_tokens)))
 
 
@@ -37,9 +42,6 @@ def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set
     """(index, prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's
     message, and the target's greedy reply to it (shared with `core.eval.diagnose`). Prompts whose index is in `skip` (a
     resumed run has their rows) are not decoded; the progress bar counts them as done, so its ETA is the rest's."""
-    from core.eval.benchmark import conversations, dataset_name, progress
-    from core.models import encode_messages
-
     items = conversations(dataset, n)
     todo = [(index, turns) for index, turns in enumerate(items) if index not in skip]
     for index, turns in progress(todo, total=len(items), initial=len(items) - len(todo), desc=dataset_name(dataset),
@@ -52,9 +54,6 @@ def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set
 def reference_states(pair, prompt_ids: list[int], reference: list[int]) -> tuple[torch.Tensor, ...]:
     """The target's hidden states over prompt + reference (its last token is never context): one forward, shared
     by every drafter and setting judged on this prompt."""
-    from core.fast_forward import forward
-    from core.kv_cache import new_cache
-
     ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
     return forward(pair.target, ids, new_cache(pair.target), output_hidden_states=True, logits_to_keep=1).hidden_states
 
@@ -70,12 +69,6 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
     """Tokens committed per step (accepted drafts + bonus, cut at the reply's end: the loop's `StepRecord.tau`)
     when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave. `states`:
     `reference_states` of this prompt, when several replays share them."""
-    from core.dflash import DraftKV, extract_features
-    from core.drafter import draft_block, readout_for
-    from core.engine import check_inputs, clip_draft, default_builder, draft_sizes
-    from core.limits import context_window
-    from core.tree import child_maps
-
     cfg = check_inputs(pair, prompt_ids, cfg)
     target, drafter = pair.target, pair.drafter
     build, window = default_builder(cfg, pair), context_window(target)
@@ -104,8 +97,6 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
 def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Adds and checks the options that choose the prompts and the target's greedy replies to them (shared with
     `core.eval.diagnose`)."""
-    from core.eval.benchmark import add_dtype_option
-
     ap.add_argument("--datasets", default="gsm8k",
                     help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
@@ -122,9 +113,7 @@ def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespac
 
 def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     """`pair` and `drafters` (name -> loaded drafter) stand in for loading, as in tests."""
-    from core.eval.benchmark import announce_dtype
-    from core.models import load_drafter, load_pair
-
+    default_offline()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafters", required=True,
                     help="comma-separated drafter folders or hub ids; the first is the one the others are compared to")
@@ -183,8 +172,6 @@ def judge_prompt(pair, drafters: dict, judged: dict[tuple, DecodeConfig], prompt
                  reference: list[int]) -> list[dict]:
     """One prompt's rows, less dataset and prompt, for each (drafter name, method, budget) in `judged` (with its
     config), all on one forward's hidden states."""
-    from dataclasses import replace
-
     states = reference_states(pair, prompt_ids, reference)
     rows = []
     for (name, method, budget), cfg in judged.items():

@@ -15,7 +15,8 @@ from core.training.prompts import is_held_out, prompt_key, training_prompts
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="runs/data", help="shards (and replies archives) from core.training.generate_data")
+    ap.add_argument("--data", default="runs/data",
+                    help="shards (and replies archives) from core.training.generate_data")
     ap.add_argument("--out", default="assets/ngram/smollm2-135m-3gram.npz")
     ap.add_argument("--order", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=49152)

@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.models import encode_chat
+from core.training.prompts import prompt_key, training_prompts
+
 
 @dataclass(frozen=True)
 class Sequence:
@@ -59,9 +62,6 @@ def _rows(folder: str | Path, pattern: str):
 
 
 def _from_replies(rows, tokenizer, min_reply: int) -> list[Sequence]:
-    from core.models import encode_chat
-    from core.training.prompts import prompt_key, training_prompts
-
     text = {p.key: p.text for p in training_prompts()}
     out = []
     for key, reply, _ in rows:

@@ -25,6 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.eval.benchmark import add_dtype_option, announce_dtype, progress
+from core.models import encode_chat, load_target
+from core.training.batching import continuous_generate
+from core.training.data import export_replies
 from core.training.prompts import is_held_out, round_key, training_prompts
 
 
@@ -60,9 +64,6 @@ def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int =
 
 @torch.inference_mode()
 def generate(args) -> None:
-    from core.eval.benchmark import progress
-    from core.models import encode_chat, load_target
-
     seed = args.seed + args.round - 1         # round 1 keeps the seed its replies were made with
     torch.manual_seed(seed)
     out = Path(args.out)
@@ -76,8 +77,6 @@ def generate(args) -> None:
     bar = progress(total=len(prompts), desc="prompts", unit="prompt")
     made, t0 = 0, time.time()
     if args.engine == "continuous":
-        from core.training.batching import continuous_generate
-
         encoded = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in prompts]
         sampled = lambda i: args.round > 1 or i % args.sample_every == args.sample_every - 1     # noqa: E731
         rows = []
@@ -126,8 +125,6 @@ def generate(args) -> None:
 
 
 def main() -> None:
-    from core.eval.benchmark import add_dtype_option, announce_dtype
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")
     ap.add_argument("--engine", choices=["continuous", "generate"], default="continuous",
@@ -150,8 +147,6 @@ def main() -> None:
                     help="instead of generating: write the replies of --out's shards (no prompts) to this .npz")
     args = ap.parse_args()
     if args.export_replies:
-        from core.training.data import export_replies
-
         print(f"{export_replies(args.out, args.export_replies)} replies -> {args.export_replies}")
         return
     if args.round < 1:

@@ -14,6 +14,7 @@ exported (z-lab format, bf16). New data shards are picked up at each epoch, so t
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -24,12 +25,19 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from core.config import DecodeConfig
 from core.dflash import DFlashDrafter, deepen, drafter_config_for, extract_features, init_weights
 from core.drafter import readout_ids
+from core.engine import run
+from core.eval.judge import prompt_tau, reference_reply, reference_states, replay
+from core.hardware import auto_dtype, cpu_summary
+from core.models import ModelPair, encode_chat, load_drafter, load_target, resolve_device
+from core.records import summarize
 from core.training.data import draft_vocab, load_sequences, make_blocks
-from core.training.prompts import is_held_out, prompt_key
+from core.training.prompts import is_held_out, prompt_key, training_prompts
 
 
 def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool = False,
@@ -116,8 +124,6 @@ def param_groups(drafter, init_lr_scale: float, n_init: int | None) -> list[dict
 
 def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
     """Drafter + AdamW moments as safetensors, counters as JSON; written to temp files, then renamed."""
-    from safetensors.torch import save_file
-
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in drafter.state_dict().items()
                if not k.startswith("rotary_emb")}
@@ -133,8 +139,6 @@ def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
 
 
 def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
-    from safetensors.torch import load_file
-
     if not (folder / "ckpt.safetensors").is_file() or not (folder / "state.json").is_file():
         return None
     tensors = load_file(str(folder / "ckpt.safetensors"))
@@ -155,14 +159,6 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
     """tau of chain and DDTree (budget 64), greedy, on held-out prompts: with `references` (`fixed_references`)
     replayed on those fixed replies (`core.eval.judge`: every checkpoint judged on the same tokens), else decoded for
     real, where a near-tie tipped in bf16 moves a reply and its tau by whole tokens."""
-    from core.config import DecodeConfig
-    from core.engine import run
-    from core.eval.judge import prompt_tau, replay
-    from core.models import ModelPair
-    from core.records import summarize
-
-    import copy
-
     q = copy.deepcopy(drafter).to(target.dtype).eval()
     pair = ModelPair("eval", target, tokenizer, q, target.dtype, target.device)
     result = {}
@@ -179,9 +175,6 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
 def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[tuple]:
     """(prompt, the target's greedy reply, its hidden states over both) per held-out prompt: made once per run,
     so `evaluate_tau` replays every checkpoint on the same replies."""
-    from core.eval.judge import reference_reply, reference_states
-    from core.models import ModelPair
-
     pair = ModelPair("eval", target, tokenizer, None, target.dtype, target.device)
     refs = []
     for p in prompts:
@@ -191,17 +184,12 @@ def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens
 
 
 def train(args) -> None:
-    from core.models import ModelPair, encode_chat, load_target
-    from core.training.prompts import training_prompts
-
     torch.manual_seed(args.seed)
     out = Path(args.out)
     target, tok = load_target(args.target, dtype="bf16" if args.bf16 else "fp32")
     cfg = drafter_config_for(target.config, n_layers=args.layers, n_taps=args.taps, block_size=args.block_size,
                              mask_token_id=tok.convert_tokens_to_ids(args.mask_token))
     if args.init:       # continue from a trained drafter (its own config and draft vocabulary), fresh optimizer
-        from core.models import load_drafter
-
         drafter = load_drafter(args.init, target, dtype="fp32")
         n_init = len(drafter.layers)
         if args.deepen:
@@ -382,9 +370,6 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.bf16 is None:       # emulated bf16 makes a step several times slower than fp32
-        from core.hardware import auto_dtype, cpu_summary
-        from core.models import resolve_device
-
         choice = auto_dtype(resolve_device("auto").type)
         args.bf16 = choice.dtype == torch.bfloat16
         print(f"dtype {choice.name} ({choice.reason}) on {cpu_summary()}", file=sys.stderr)
