@@ -43,15 +43,23 @@ def warp(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: in
     return probs
 
 
+def follow(tree: DraftTree, choice: list[int]) -> list[int]:
+    """The accepted path, root first: from the root, move to the child carrying the target's token after each
+    node (choice[i]) while there is one."""
+    maps, node, path = child_maps(tree), 0, [0]
+    while choice[node] in maps[node]:
+        node = maps[node][choice[node]]
+        path.append(node)
+    return path
+
+
 def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
     """logits: [N, V]. Walk while the target's argmax is a child."""
     # one device sync for the whole tree; argmax over a float copy is about 2x faster than over bf16 on CPU and
     # picks the same index (same values, first maximum)
     choice = logits.float().argmax(-1).tolist()
-    maps, node, path = child_maps(tree), 0, [0]
-    while choice[node] in maps[node]:
-        node = maps[node][choice[node]]
-        path.append(node)
+    path = follow(tree, choice)
+    node = path[-1]
     rows = torch.tensor(path, device=logits.device)
     picked = torch.tensor([tree.tokens[i] for i in path[1:]] + [choice[node]], device=logits.device)
     scores = logits[rows].float()                                                      # [len(path), V]

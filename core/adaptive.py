@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from core.builders import TreeBuilder, as_builder
 from core.tree import DraftTree, truncate
 
 DECAY = 0.9   # weight of the past in the online estimates (about the last ten steps count)
@@ -71,13 +72,13 @@ class LineFit:
         return np.maximum(st / w + slope * (n - sn / w), 1e-3)
 
 
-class AdaptiveBudget:
+class AdaptiveBudget(TreeBuilder):
     """A builder wrapper: build the nested tree at the cap, keep the best prefix. `observe(record)` is called by
     the engine after each step and updates the calibration; `choices` lists the budget chosen at every step.
     With `measured=False` the curve is only an estimate, and a line fitted to the steps' own costs replaces it."""
 
     def __init__(self, base, cost_curve: dict[int, float], cap: int, measured: bool = True):
-        self.base, self.cap = base, cap
+        self.base, self.cap = as_builder(base), cap
         self.verify_ms = interpolate_cost(cost_curve, np.arange(1, cap + 2))    # [cap + 1] for b = 0..cap
         self.fit = None if measured else LineFit(self.verify_ms)
         self.realised = self.expected = 1.0     # alpha = realised / expected accepted drafts (prior: alpha = 1)
@@ -122,7 +123,7 @@ class AdaptiveBudget:
         return True
 
     def observe(self, record) -> None:
-        getattr(self.base, "observe", lambda r: None)(record)     # a builder with memory (hybrid) learns too
+        self.base.observe(record)            # a builder with memory (hybrid) learns too
         drafted = record.draft_tokens is not None
         for kind, (tokens, seconds) in self.speed.items():      # both decay: after a long pause, a probe counts
             mine = kind == drafted

@@ -14,7 +14,7 @@ import heapq
 
 import numpy as np
 
-from core.tree import DraftTree
+from core.tree import DraftTree, root_only
 
 
 def clean(logq: np.ndarray) -> np.ndarray:
@@ -66,6 +66,49 @@ def _append(tree: DraftTree, token: int, parent: int, depth: int, rank: int, log
     tree.logq.append(logq)
     tree.prefix_logq.append(prefix)
     tree.score.append(score)
+
+
+class TreeBuilder:
+    """What the decode loop calls a builder: `build(draft, budget, bonus, history) -> DraftTree`, with `history` the
+    prompt and every token committed so far. The two hooks let a builder with memory act on the run: the loop asks
+    `should_draft()` before drafting (False: this step verifies the root alone) and passes every step's StepRecord
+    to `observe`. This base drafts nothing (plain decoding's root-only tree) and its hooks do nothing."""
+
+    def __call__(self, draft, budget: int, bonus: int, history: list[int]) -> DraftTree:
+        return root_only(bonus)
+
+    def should_draft(self) -> bool:
+        return True
+
+    def observe(self, record) -> None:
+        return None
+
+
+class Ranked(TreeBuilder):
+    """A pure builder over the draft's candidates: fn(logq [L, K], tokens [L, K], budget, bonus) -> DraftTree."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, draft, budget: int, bonus: int, history: list[int]) -> DraftTree:
+        return self.fn(draft.logq, draft.tokens, budget, bonus)
+
+
+class Function(TreeBuilder):
+    """Any callable with the builder signature (a test's informed builder); hooks it defines are kept, the
+    others are the base's."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.should_draft = getattr(fn, "should_draft", self.should_draft)
+        self.observe = getattr(fn, "observe", self.observe)
+
+    def __call__(self, draft, budget: int, bonus: int, history: list[int]) -> DraftTree:
+        return self.fn(draft, budget, bonus, history)
+
+
+def as_builder(build) -> TreeBuilder:
+    return build if isinstance(build, TreeBuilder) else Function(build)
 
 
 BUILDERS = {"chain": build_chain, "ddtree": build_ddtree}

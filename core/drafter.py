@@ -76,3 +76,35 @@ def draft_block(drafter: DFlashDrafter, target, ctx_features: torch.Tensor, bonu
     tokens = top.indices if readout is None else readout.ids[top.indices]
     h = torch.special.entr(logq.exp()).sum(-1).cpu().numpy() if entropy else None
     return BlockDraft(top.values.cpu().numpy(), tokens.cpu().numpy(), h)
+
+
+def clip_draft(draft: BlockDraft, depth: int) -> BlockDraft:
+    """The draft's first `depth` positions (what the length limit and the context window leave room for)."""
+    if depth >= draft.logq.shape[0]:
+        return draft
+    entropy = draft.entropy[:depth] if draft.entropy is not None else None
+    return BlockDraft(draft.logq[:depth], draft.tokens[:depth], entropy)
+
+
+class Drafting:
+    """The drafter's side of one request, one block draft per step: its KV cache, the target's context features it
+    has not read yet, and the request's readout rows. The decode loop, the judge's replay and the diagnosis all
+    draft through it, so they feed the drafter the same way."""
+
+    def __init__(self, drafter: DFlashDrafter, target, prompt_ids: list[int], n_pos: int, k: int,
+                 entropy: bool = False, full_readout: bool = False):
+        self.drafter, self.target, self.n_pos, self.k, self.entropy = drafter, target, n_pos, k, entropy
+        self.kv = DraftKV(len(drafter.layers))
+        self.readout = None if full_readout else readout_for(drafter, target, prompt_ids)
+        self.unread: torch.Tensor | None = None     # [C, n_taps*H] features of positions the drafter has not read
+
+    def read(self, features: torch.Tensor) -> None:
+        """Queue the target's features [C, n_taps*H] of the next C positions (the prompt, then accepted paths)."""
+        self.unread = features if self.unread is None else torch.cat([self.unread, features])
+
+    def draft(self, bonus: int, past_len: int, depth: int) -> BlockDraft:
+        """One drafter forward over [bonus, MASK x L] at position past_len, kept to `depth` positions."""
+        draft = draft_block(self.drafter, self.target, self.unread, bonus, past_len, self.kv, self.n_pos, self.k,
+                            self.entropy, self.readout)
+        self.unread = self.unread[:0]
+        return clip_draft(draft, depth)

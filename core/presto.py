@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.builders import _append, clean
+from core.builders import TreeBuilder, _append, clean
 from core.ngram import load_model
 from core.tree import DraftTree, root_only
 
@@ -135,17 +135,25 @@ def build_presto_beam(logq: np.ndarray, tokens: np.ndarray, budget: int, bonus: 
     return out
 
 
-def presto_builder(cfg, vocab: int, table_path: str | Path | None, ngram=None):
-    """The engine's builder for one request: keeps the n-gram model's online counts up to date with the history.
-    Without a table for this tokenizer, PRESTO scores with the request's own n-gram counts only."""
-    if ngram is None:
-        ngram = load_model(table_path, vocab=vocab, order=cfg.ngram_order)
+class PrestoBuilder(TreeBuilder):
+    """The engine's builder for one request: keeps the n-gram model's online counts up to date with the history."""
 
-    def build(draft, budget, bonus, history):
-        ngram.observe(history)
+    def __init__(self, cfg, ngram):
+        self.cfg, self.ngram = cfg, ngram
+
+    def __call__(self, draft, budget: int, bonus: int, history: list[int]) -> DraftTree:
+        cfg = self.cfg
+        self.ngram.observe(history)
         entropy = draft.entropy if cfg.entropy_lam else None
         if cfg.method == "presto-beam":
             width = cfg.beam_width or 2 * math.ceil(budget / max(1, draft.logq.shape[0]))
-            return build_presto_beam(draft.logq, draft.tokens, budget, bonus, history, ngram, cfg.lam, width, entropy)
-        return build_presto(draft.logq, draft.tokens, budget, bonus, history, ngram, cfg.lam, entropy)
-    return build
+            return build_presto_beam(draft.logq, draft.tokens, budget, bonus, history, self.ngram, cfg.lam, width,
+                                     entropy)
+        return build_presto(draft.logq, draft.tokens, budget, bonus, history, self.ngram, cfg.lam, entropy)
+
+
+def presto_builder(cfg, vocab: int, table_path: str | Path | None, ngram=None) -> PrestoBuilder:
+    """Without a table for this tokenizer, PRESTO scores with the request's own n-gram counts only."""
+    if ngram is None:
+        ngram = load_model(table_path, vocab=vocab, order=cfg.ngram_order)
+    return PrestoBuilder(cfg, ngram)

@@ -14,7 +14,7 @@ import numpy as np
 
 from core.tree import DraftTree
 
-PHASES = ("draft", "tree", "verify", "accept")
+PHASES = ("draft", "tree", "verify", "accept", "compact")
 
 
 @dataclass
@@ -25,12 +25,13 @@ class StepRecord:
     bonus: int                       # the target's token after the accepted path
     committed: list[int]             # token ids emitted by this step (accepted drafts, then the bonus; cut at a stop)
     text: str                        # their decoded text
-    seconds: dict[str, float]        # per phase: draft, tree, verify, accept (prefill: {"prefill": s})
+    seconds: dict[str, float]        # per phase: draft, tree, verify, accept, compact (prefill: {"prefill": s})
     p_committed: list[float]         # the target's probability of each committed token
     nested: bool = False             # the builder is nested: the first b nodes are the budget-b tree
     draft_logq: np.ndarray | None = None    # [L, K'] drafter candidates' log q (K' <= 64), for the oracle and viz
     draft_tokens: np.ndarray | None = None  # [L, K'] their token ids
     oracle_depth: int | None = None  # longest prefix of the target's continuation inside the drafter's top-K
+    #                                  (`fill_oracle`, once the run is over and the continuation known)
     budget_used: int = 0             # the budget the builder was given (adaptive methods choose it per step)
     finish: str | None = None        # why the run ended after this step: "stop", "length", "context"
     runner_up: list[tuple[int, float]] = field(default_factory=list)  # greedy: per committed token, the target's
@@ -87,6 +88,21 @@ def timed(seconds: dict, name: str, sync=None):
     if sync:
         sync()
     seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def fill_oracle(run: list[StepRecord]) -> None:
+    """Oracle depth of every drafted step of a finished run: how far the target's actual continuation (the tokens
+    this and the later steps committed) stays inside the drafter's recorded top-K at every depth."""
+    flat = [t for r in run for t in r.committed]
+    start = 0
+    for record in run:
+        if record.draft_tokens is not None:
+            continuation = flat[start: start + record.draft_tokens.shape[0]]
+            depth = 0
+            while depth < len(continuation) and continuation[depth] in record.draft_tokens[depth]:
+                depth += 1
+            record.oracle_depth = depth
+        start += len(record.committed)
 
 
 def summarize(runs: list[list[StepRecord]]) -> RunSummary:

@@ -11,7 +11,8 @@ from core.tree import ancestor_mask
 from viz import theme
 
 PHASES = {"draft": ("draft: drafter forward", theme.DRAFT), "tree": ("tree: build the draft tree", theme.ORACLE),
-          "verify": ("verify: target forward", theme.BONUS), "accept": ("accept: walk and commit", theme.ACCEPTED)}
+          "verify": ("verify: target forward", theme.BONUS), "accept": ("accept: walk the tree", theme.ACCEPTED),
+          "compact": ("compact: keep the accepted path's KV", theme.MUTED)}
 MASKED = "rgba(128, 128, 128, 0.12)"   # a masked cell: mid-tone, so the matrix reads on light and dark
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.dflash import DraftKV, extract_features
-from core.drafter import draft_block, readout_for
+from core.dflash import extract_features
+from core.drafter import Drafting
 from core.eval.benchmark import announce_dtype
 from core.eval.judge import parse_reference_args, reference_replies
 from core.fast_forward import forward
@@ -43,12 +43,10 @@ def anchor_drafts(pair, prompt_ids: list[int], reference: list[int], depth: int)
     features = extract_features(out.hidden_states, drafter.target_layer_ids)[0]     # [P+R-1, n_taps*H]
     probs = torch.softmax(out.logits[0, n - 1:].float(), -1)                          # [R, V] predicts reference
     p = probs[torch.arange(1, len(reference)), torch.tensor(reference[1:])].cpu().numpy()
-    readout = readout_for(drafter, target, prompt_ids)
-    kv, fed, drafted = DraftKV(len(drafter.layers)), 0, []
+    drafting, drafted = Drafting(drafter, target, prompt_ids, depth, 1), []
     for t in range(len(reference) - 1):
-        draft = draft_block(drafter, target, features[fed: n + t], reference[t], n + t, kv, depth, 1, False, readout)
-        fed = n + t
-        drafted.append(draft.tokens[:, 0])
+        drafting.read(features[n + t - 1: n + t] if t else features[:n])
+        drafted.append(drafting.draft(reference[t], n + t, depth).tokens[:, 0])
     return np.asarray(drafted, dtype=np.int64).reshape(-1, depth), p
 
 

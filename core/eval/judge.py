@@ -22,15 +22,17 @@ from pathlib import Path
 import torch
 
 from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig
-from core.dflash import DraftKV, extract_features
-from core.drafter import draft_block, readout_for
-from core.engine import check_inputs, clip_draft, default_builder, draft_sizes, output_ids, run
+from core.accept import follow
+from core.builders import as_builder
+from core.dflash import extract_features
+from core.drafter import Drafting
+from core.engine import check_inputs, default_builder, depth_cap, draft_sizes, output_ids, run, step_record
 from core.eval.benchmark import add_dtype_option, announce_dtype, conversations, dataset_name, progress
 from core.fast_forward import forward
 from core.kv_cache import new_cache
 from core.limits import context_window
 from core.models import default_offline, encode_messages, load_drafter, load_pair
-from core.tree import child_maps
+from core.tree import root_only
 
 
 def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
@@ -70,28 +72,28 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
     when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave. `states`:
     `reference_states` of this prompt, when several replays share them."""
     cfg = check_inputs(pair, prompt_ids, cfg)
-    target, drafter = pair.target, pair.drafter
-    build, window = default_builder(cfg, pair), context_window(target)
+    build, window = as_builder(default_builder(cfg, pair)), context_window(pair.target)
     n_pos, k = draft_sizes(pair, cfg)
     states = states if states is not None else reference_states(pair, prompt_ids, reference)
-    features = extract_features(states, drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
-    readout = None if cfg.full_readout else readout_for(drafter, target, prompt_ids)
-    kv, fed, t, committed = DraftKV(len(drafter.layers)), 0, 0, []
+    features = extract_features(states, pair.drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
+    drafting = Drafting(pair.drafter, pair.target, prompt_ids, n_pos, k, cfg.entropy_lam, cfg.full_readout)
+    records, t, fed = [], 0, 0
     while t < len(reference) - 1:             # reference[t] is this step's bonus token, at position P + t
-        past = len(prompt_ids) + t
-        depth_cap = min(n_pos, cfg.max_new_tokens - (t + 1) - 1, window - 1 - past)
-        draft = draft_block(drafter, target, features[fed:past], reference[t], past, kv, n_pos, k,
-                            cfg.entropy_lam, readout) if depth_cap > 0 else None
-        fed = past
-        a = 0
-        if draft is not None:
-            tree = build(clip_draft(draft, depth_cap), cfg.budget, reference[t], prompt_ids + reference[: t + 1])
-            children, node = child_maps(tree), 0
-            while t + 1 + a < len(reference) and reference[t + 1 + a] in children[node]:
-                node, a = children[node][reference[t + 1 + a]], a + 1
-        committed.append(min(a + 1, len(reference) - 1 - t))
-        t += a + 1
-    return committed
+        past, bonus, draft = len(prompt_ids) + t, reference[t], None
+        drafting.read(features[fed:past])
+        fed, cap = past, depth_cap(n_pos, cfg, t + 1, past, window)
+        if cap > 0 and build.should_draft():
+            draft = drafting.draft(bonus, past, cap)
+        tree = build(draft, cfg.budget, bonus, prompt_ids + reference[: t + 1]) if draft is not None \
+            else root_only(bonus)
+        # the loop's greedy walk, with the reply's next token as the target's choice after each node
+        accepted = follow(tree, [reference[t + 1 + d] if t + 1 + d < len(reference) else -1 for d in tree.depths])
+        committed = reference[t + 1: t + 1 + len(accepted)]       # accepted drafts + bonus, cut at the reply's end
+        record = step_record(cfg, len(records) + 1, tree, draft, accepted, committed[-1], committed)
+        build.observe(record)
+        records.append(record)
+        t += len(accepted)
+    return [r.tau for r in records]
 
 
 def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
