@@ -76,14 +76,14 @@ def smollm2_fp32():
                "Write a Python function that adds two numbers.",
                "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
                "How many clips did Natalia sell altogether?"]
-    return pair, [encode_chat(pair.tokenizer, p) for p in prompts]
+    ids = [encode_chat(pair.tokenizer, p) for p in prompts]
+    return pair, [(prompt, hf_greedy(pair, prompt, 64)) for prompt in ids]   # references once, not once per case
 
 
 @pytest.mark.parametrize("method,budget", CASES)
 def test_smollm2_random_drafter_greedy_equals_generate(smollm2_fp32, method, budget):
-    pair, prompts = smollm2_fp32
-    for i, prompt in enumerate(prompts):
-        ref = hf_greedy(pair, prompt, 64)
+    pair, cases = smollm2_fp32
+    for i, (prompt, ref) in enumerate(cases):
         cfg = DecodeConfig(method=method, budget=budget, max_new_tokens=64)
         builder = informed_builder(method, prompt + ref, seed=i) if i else None   # prompt 0: the drafter's own tree
         assert output_ids(run(pair, prompt, cfg, builder=builder)) == ref, f"prompt {i}"
