@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 
-from core.builders import _append, clean
+from core.builders import TreeBuilder, _append, clean
 from core.retrieval import MAX_N, Calibration, Match, SuffixIndex
 from core.tree import DRAFTER, RETRIEVED, DraftTree, path_to
 
@@ -88,7 +88,7 @@ def _rank(candidates: list[int], token: int) -> int:
     return candidates.index(token) if token in candidates else -1
 
 
-class HybridBuilder:
+class HybridBuilder(TreeBuilder):
     """Method `hybrid`: a builder with memory. It indexes the history as tokens commit, and `observe` (called by
     the engine after every step) counts which retrieved nodes the target accepted, so c(m) is this run's own."""
 
