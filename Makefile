@@ -1,6 +1,7 @@
 # make setup  - virtual environment with everything (idempotent)
 # make run    - the app on the embedded default (SmolLM2-135M + its shipped DFlash drafter), offline on a CPU
-# make test   - the test suite (CPU, offline)
+# make test   - the test suite (CPU, offline), with the 15 slowest tests and why any test skipped; the browser
+#               tests fail without Debian's chromium (`apt-get install -y chromium`) unless SKIP_BROWSER_TESTS=1
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
@@ -28,4 +29,4 @@ demo: setup
 	$(PY) -m core.generate --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" --method ddtree-auto --budget 64
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs --durations=15

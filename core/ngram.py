@@ -78,7 +78,7 @@ class NgramTable:
                                for i, k in enumerate(keys.tolist())}
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise ValueError(f"n-gram table {path} is missing or unreadable ({e}); rebuild it with "
-                             "`python -m core.training.build_ngram`") from e
+                             f"`{build_command(path)}`") from e
         return cls(order, vocab, rows)
 
 
@@ -171,12 +171,24 @@ class NgramModel:
 def load_model(path: str | Path | None, vocab: int, order: int = 3) -> NgramModel:
     """The n-gram model for PRESTO. A missing table falls back to online-only counts (with a warning);
     a corrupt one is an error."""
-    if path is None or not Path(path).exists():
+    if path is None:
+        warnings.warn("this model pair has no n-gram table: PRESTO uses only the request's own n-gram counts "
+                      f"(build one with `{build_command('assets/ngram/PAIR-3gram.npz', vocab, order)}` and name it "
+                      "in the pair's `ngram_table`, core/config.py)", stacklevel=2)
+        return NgramModel(vocab, order)
+    if not Path(path).exists():
         warnings.warn(f"n-gram table {path} not found: PRESTO uses only the request's own n-gram counts "
-                      "(build the table with `python -m core.training.build_ngram`)", stacklevel=2)
+                      f"(build it with `{build_command(path, vocab, order)}`)", stacklevel=2)
         return NgramModel(vocab, order)
     path = Path(path)
     return NgramModel(vocab, order, _cached_table(str(path.resolve()), path.stat().st_mtime_ns))
+
+
+def build_command(out: str | Path, vocab: int | None = None, order: int = 3) -> str:
+    """The command that builds a table at `out` from the target's replies (`core.training.generate_data`'s);
+    without `vocab`, the embedded target's vocabulary size (the command's default)."""
+    sizes = f" --order {order} --vocab {vocab}" if vocab is not None else ""
+    return f"python -m core.training.build_ngram --data runs/data --out {out}{sizes}"
 
 
 @functools.lru_cache(maxsize=4)

@@ -5,6 +5,7 @@ Everything runs offline on a CPU with no downloaded weights.
 from __future__ import annotations
 
 import os
+import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -86,6 +87,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium for the browser tests. Missing, it fails them with the command that installs it (as
+    `.ci/run` does) rather than skipping them unseen; SKIP_BROWSER_TESTS=1 skips them on purpose."""
+    if os.environ.get("SKIP_BROWSER_TESTS") == "1":
+        pytest.skip("SKIP_BROWSER_TESTS=1")
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("the browser tests need Debian's chromium: `apt-get install -y chromium` "
+                    "(or SKIP_BROWSER_TESTS=1 to skip them)", pytrace=False)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.fail("the browser tests need playwright: `.venv/bin/python -m pip install -r requirements-dev.txt` "
+                    "(or SKIP_BROWSER_TESTS=1 to skip them)", pytrace=False)
+    return path
 
 
 @pytest.fixture(scope="session")

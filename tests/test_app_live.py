@@ -50,7 +50,7 @@ def _text(html: str) -> str:
     return re.sub(r"<[^>]+>", "", body)
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed by .ci/run")
+@pytest.mark.usefixtures("chromium")       # fails, saying how to install it, where chromium is missing
 def test_browser_end_to_end(url):
     from playwright.sync_api import expect, sync_playwright
 
@@ -112,7 +112,7 @@ def _browser(p):
                                    "--no-first-run", "--disable-quic"])
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed by .ci/run")
+@pytest.mark.usefixtures("chromium")
 def test_projector_layout_and_compare_read_as_a_user_reads_them(url):
     """At 1280x720 Run, the text and the tree are on screen and stay there through a run; Compare's table has
     its columns and one row of numbers per method, the verdict only after the last; no [object Object]."""
@@ -154,7 +154,7 @@ def test_projector_layout_and_compare_read_as_a_user_reads_them(url):
         browser.close()
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is installed by .ci/run")
+@pytest.mark.usefixtures("chromium")
 def test_compare_in_bf16_shows_where_and_why_outputs_differ(url):
     """In bf16 a wider verification forward can flip a near-tie: Compare names the first differing token, its step
     and the two tokens, calls it a near-tie (not a fault), and a click on the row shows that step, token outlined."""

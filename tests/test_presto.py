@@ -115,8 +115,12 @@ def test_online_counts_follow_the_request(tmp_path):
 
 
 def test_missing_table_falls_back_and_corrupt_table_is_an_error(tmp_path):
-    with pytest.warns(UserWarning, match="not found"):
+    with pytest.warns(UserWarning, match="not found") as caught:
         model = load_model(tmp_path / "none.npz", vocab=50)
+    assert f"build_ngram --data runs/data --out {tmp_path / 'none.npz'} --order 3 --vocab 50" in str(caught[0].message)
+    with pytest.warns(UserWarning, match="no n-gram table") as caught:
+        load_model(None, vocab=50)
+    assert "None" not in str(caught[0].message) and "--vocab 50" in str(caught[0].message)
     assert model.table is None and np.isfinite(model.logprobs([1, 2], np.arange(5))).all()
     (tmp_path / "bad.npz").write_bytes(b"not a table")
     with pytest.raises(ValueError, match="rebuild"):
