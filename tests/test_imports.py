@@ -1,6 +1,7 @@
 """The import rules, read statically with `ast` from every project module (imports at the top and inside
 functions alike): the library (`core/*.py` and `viz/`) never imports the tools (`core.eval`), the training code
 (`core.training`) or the app (`app`, `studio`); and no project module reaches itself again through its imports.
+Also read with `ast`: no function anywhere in the project (nested ones included) is longer than 80 lines.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OFF_LIMITS = ("core.eval", "core.training", "app", "studio")   # what the library may not import
+MAX_FUNCTION_LINES = 80                                          # from `def` to the last line; decorators not counted
 
 
 def project_modules(root: Path) -> dict[str, Path]:
@@ -89,3 +91,27 @@ def test_the_checks_catch_a_bad_import_and_a_circle(tmp_path):
     assert forbidden_imports(graph) == [("core.engine", "app"), ("core.engine", "core.eval"),
                                         ("core.engine", "core.eval.benchmark")]
     assert sorted(map(tuple, cycles(graph))) == [("app", "core.engine", "app"), ("core.a", "core.b", "core.a")]
+
+
+def long_functions(modules: dict[str, Path], limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, str, int]]:
+    """(module, function, lines) for every function or method, nested ones included, longer than `limit` lines
+    from its `def` to its last line."""
+    found = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append((name, node.name, lines))
+    return sorted(found)
+
+
+def test_no_function_over_80_lines():
+    assert long_functions(project_modules(ROOT)) == []
+
+
+def test_the_length_check_catches_a_long_nested_function(tmp_path):
+    body = "".join(f"        x{i} = {i}\n" for i in range(80))
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "long.py").write_text(f"def outer():\n    def inner():\n{body}    return inner\n")
+    assert long_functions(project_modules(tmp_path)) == [("core.long", "inner", 81), ("core.long", "outer", 83)]

@@ -77,25 +77,8 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     edges = scatter(x=ex, y=ey, mode="lines", line=dict(color=theme.EDGE, width=1), hoverinfo="skip",
                     name="tree edge", legendgroup="nodes", showlegend=False)
 
-    p_walk = {node: p for node, p in zip(record.accepted[1:], record.p_committed)}
-    labels = [theme.label(texts.get(t, str(t))) for t in tree.tokens]
-    origin = origins(tree)
-    custom = [[labels[i], tree.tokens[i], tree.depths[i], tree.ranks[i], math.exp(tree.logq[i]),
-               math.exp(tree.prefix_logq[i]), tree.score[i],
-               f"{p_walk[i]:.3f}" if i in p_walk else "–", "accepted" if i in on_path else "not accepted",
-               PROPOSERS[origin[i]], "q (drafter)" if origin[i] & DRAFTER or not i else "acceptance rate (calibrated)"]
-              for i in range(n)]
-    nodes = scatter(
-        x=x, y=y, mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
-        marker=dict(size=max(4, min(12, int(slot_px))), color=theme.log10_prefix(tree.prefix_logq),
-                    cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX, colorscale=theme.COLORSCALE,
-                    line=dict(width=0.5, color="rgba(255, 255, 255, 0.6)"), colorbar=theme.colorbar()),
-        customdata=custom,
-        hovertemplate=("<b>%{customdata[0]}</b> (id %{customdata[1]})<br>depth %{customdata[2]}, rank "
-                       "%{customdata[3]}<br>%{customdata[10]} %{customdata[4]:.3f}<br>q(prefix) %{customdata[5]:.2e}<br>"
-                       "score %{customdata[6]:.3f}<br>p (target, on the walk) %{customdata[7]}<br>"
-                       "%{customdata[8]}; %{customdata[9]}<extra></extra>"))
-    found = [i for i in range(1, n) if origin[i] & RETRIEVED]
+    nodes = _node_trace(record, texts, x, y, slot_px, scatter)
+    found = [i for i, o in enumerate(origins(tree)) if i and o & RETRIEVED]
     rings = scatter(x=[x[i] for i in found], y=[y[i] for i in found], mode="markers", hoverinfo="skip",
                     name="found by retrieval (copied from the prompt or reply)",
                     marker=dict(size=max(8, min(18, int(slot_px) + 6)), symbol="diamond-open", color=theme.RETRIEVED,
@@ -142,6 +125,29 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
                    range=[-0.5, max(bonus_x, max(x)) + 0.6]),
         yaxis=dict(visible=False, range=[leaves, top])))
     return fig
+
+
+def _node_trace(record, texts: dict[int, str], x: list[int], y: list[float], slot_px: float, scatter):
+    """The drafted nodes, coloured by q(prefix), with what each one is in its hover."""
+    tree, n, on_path = record.tree, len(record.tree.tokens), set(record.accepted)
+    p_walk = {node: p for node, p in zip(record.accepted[1:], record.p_committed)}
+    labels = [theme.label(texts.get(t, str(t))) for t in tree.tokens]
+    origin = origins(tree)
+    custom = [[labels[i], tree.tokens[i], tree.depths[i], tree.ranks[i], math.exp(tree.logq[i]),
+               math.exp(tree.prefix_logq[i]), tree.score[i],
+               f"{p_walk[i]:.3f}" if i in p_walk else "–", "accepted" if i in on_path else "not accepted",
+               PROPOSERS[origin[i]], "q (drafter)" if origin[i] & DRAFTER or not i else "acceptance rate (calibrated)"]
+              for i in range(n)]
+    return scatter(
+        x=x, y=y, mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
+        marker=dict(size=max(4, min(12, int(slot_px))), color=theme.log10_prefix(tree.prefix_logq),
+                    cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX, colorscale=theme.COLORSCALE,
+                    line=dict(width=0.5, color="rgba(255, 255, 255, 0.6)"), colorbar=theme.colorbar()),
+        customdata=custom,
+        hovertemplate=("<b>%{customdata[0]}</b> (id %{customdata[1]})<br>depth %{customdata[2]}, rank "
+                       "%{customdata[3]}<br>%{customdata[10]} %{customdata[4]:.3f}<br>q(prefix) %{customdata[5]:.2e}<br>"
+                       "score %{customdata[6]:.3f}<br>p (target, on the walk) %{customdata[7]}<br>"
+                       "%{customdata[8]}; %{customdata[9]}<extra></extra>"))
 
 
 PROPOSERS = {0: "the target's bonus token (root)", DRAFTER: "proposed by the drafter",

@@ -164,28 +164,7 @@ def _same_output(pairs: list[tuple[dict, dict]]) -> tuple[int, str]:
 def main(argv=None, pair=None) -> list[dict]:
     """Run the benchmark; `pair` (a loaded ModelPair) replaces --pair / --dtype."""
     default_offline()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench, mt-bench-first, "
-                                                         "a .jsonl, "
-                                                         "or hub:<id>[/<config>][:<split>[:<field>]]")
-    ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
-    ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
-    ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
-    ap.add_argument("--auto-cap", type=int, default=None,
-                    help="largest budget ddtree-auto / presto-auto may choose (default: the largest of --budgets)")
-    ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
-    ap.add_argument("--lams", default=str(DecodeConfig.lam),
-                    help="comma-separated λ for presto / presto-beam (a sweep: one row label per value, "
-                         "e.g. 'presto λ=0.1')")
-    ap.add_argument("--readouts", default="draft",
-                    help="comma-separated: draft (the drafter's draft vocabulary plus the prompt's tokens, when it "
-                         "ships one), full (all V); with both, full rows are labelled '<method> full-head'")
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--pair", default="smollm2-135m")
-    ap.add_argument("--drafter", default=None,
-                    help="DFlash drafter folder or hub id to use instead of the pair's (e.g. a training export)")
-    add_dtype_option(ap)
-    ap.add_argument("--out", default="runs/benchmark", help="folder for rows.jsonl and table.md (resumable)")
+    ap = _parser()
     args = ap.parse_args(argv)
     _, machine = announce_dtype(args.dtype, pair)
 
@@ -248,6 +227,32 @@ def main(argv=None, pair=None) -> list[dict]:
     for path in write_figures(rows, out / "figures"):
         print("figure:", path)
     return rows
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench, mt-bench-first, "
+                                                         "a .jsonl, "
+                                                         "or hub:<id>[/<config>][:<split>[:<field>]]")
+    ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
+    ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
+    ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
+    ap.add_argument("--auto-cap", type=int, default=None,
+                    help="largest budget ddtree-auto / presto-auto may choose (default: the largest of --budgets)")
+    ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
+    ap.add_argument("--lams", default=str(DecodeConfig.lam),
+                    help="comma-separated λ for presto / presto-beam (a sweep: one row label per value, "
+                         "e.g. 'presto λ=0.1')")
+    ap.add_argument("--readouts", default="draft",
+                    help="comma-separated: draft (the drafter's draft vocabulary plus the prompt's tokens, when it "
+                         "ships one), full (all V); with both, full rows are labelled '<method> full-head'")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--pair", default="smollm2-135m")
+    ap.add_argument("--drafter", default=None,
+                    help="DFlash drafter folder or hub id to use instead of the pair's (e.g. a training export)")
+    add_dtype_option(ap)
+    ap.add_argument("--out", default="runs/benchmark", help="folder for rows.jsonl and table.md (resumable)")
+    return ap
 
 
 def dataset_name(source: str) -> str:

@@ -187,21 +187,7 @@ def train(args) -> None:
     torch.manual_seed(args.seed)
     out = Path(args.out)
     target, tok = load_target(args.target, dtype="bf16" if args.bf16 else "fp32")
-    cfg = drafter_config_for(target.config, n_layers=args.layers, n_taps=args.taps, block_size=args.block_size,
-                             mask_token_id=tok.convert_tokens_to_ids(args.mask_token))
-    if args.init:       # continue from a trained drafter (its own config and draft vocabulary), fresh optimizer
-        drafter = load_drafter(args.init, target, dtype="fp32")
-        n_init = len(drafter.layers)
-        if args.deepen:
-            try:
-                drafter = deepen(drafter, args.deepen)
-            except ValueError as e:
-                raise SystemExit(f"--deepen {args.deepen}: {e}; give at least the --init drafter's layer count") from e
-        drafter.requires_grad_(True)
-    else:
-        drafter = DFlashDrafter.from_config_dict(cfg)
-        init_weights(drafter, seed=args.seed)
-        n_init = None
+    drafter, n_init = _drafter(args, target, tok)
     drafter.train()
     groups = param_groups(drafter, args.init_lr_scale, n_init)
     params = [p for g in groups for p in g["params"]]
@@ -214,10 +200,7 @@ def train(args) -> None:
     prompts = training_prompts(args.seed)
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
-        seqs = [s for s in load_sequences(args.data, tokenizer=tok) if prompt_key(s.key) in allowed]
-        stops = tuple(ModelPair("train", target, tok, None, target.dtype, target.device).stop_ids)
-        vocab = target.get_output_embeddings().weight.shape[0]
-        state["draft_vocab"] = draft_vocab(seqs, args.draft_vocab, vocab, stops) if args.draft_vocab else None
+        state["draft_vocab"] = _draft_vocab(args, target, tok, allowed)
     drafter.set_draft_vocab(state["draft_vocab"])
     print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
           f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
@@ -247,15 +230,7 @@ def train(args) -> None:
             for g in opt.param_groups:
                 g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup) * g["lr_scale"]
             opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for seq in seqs[i: i + args.accum]:
-                batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
-                                    args.tokens_per_anchor)
-                readout = readout_ids(drafter, seq.ids[: seq.prompt_len]) if args.draft_readout else None
-                loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill, readout)
-                (loss / args.accum).backward()
-                total += loss.item() / args.accum
-                acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
+            total, acc_c, acc_n = _accumulate(drafter, target, seqs[i: i + args.accum], args, rng, acc_c, acc_n)
             torch.nn.utils.clip_grad_norm_(params, args.clip)
             opt.step()
             state["step"] += 1
@@ -286,6 +261,48 @@ def train(args) -> None:
         export(drafter, args.export_final, state["step"], state["history"][-1]["tau"] if state["history"] else None,
                args)
     bar.close()
+
+
+def _drafter(args, target, tok):
+    """The drafter to train and the layer count it started with (None when freshly initialised)."""
+    cfg = drafter_config_for(target.config, n_layers=args.layers, n_taps=args.taps, block_size=args.block_size,
+                             mask_token_id=tok.convert_tokens_to_ids(args.mask_token))
+    if args.init:       # continue from a trained drafter (its own config and draft vocabulary), fresh optimizer
+        drafter = load_drafter(args.init, target, dtype="fp32")
+        n_init = len(drafter.layers)
+        if args.deepen:
+            try:
+                drafter = deepen(drafter, args.deepen)
+            except ValueError as e:
+                raise SystemExit(f"--deepen {args.deepen}: {e}; give at least the --init drafter's layer count") from e
+        drafter.requires_grad_(True)
+    else:
+        drafter = DFlashDrafter.from_config_dict(cfg)
+        init_weights(drafter, seed=args.seed)
+        n_init = None
+    return drafter, n_init
+
+
+def _draft_vocab(args, target, tok, allowed: set) -> list[int] | None:
+    """The export's draft vocabulary, chosen from the training replies' tokens (None: all V)."""
+    seqs = [s for s in load_sequences(args.data, tokenizer=tok) if prompt_key(s.key) in allowed]
+    stops = tuple(ModelPair("train", target, tok, None, target.dtype, target.device).stop_ids)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    return draft_vocab(seqs, args.draft_vocab, vocab, stops) if args.draft_vocab else None
+
+
+def _accumulate(drafter, target, batch_seqs, args, rng, acc_c, acc_n):
+    """Gradients of one optimizer step's sequences (mean loss), and the running per-position accuracy."""
+    total = 0.0
+    for seq in batch_seqs:
+        batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
+                            args.tokens_per_anchor)
+        readout = readout_ids(drafter, seq.ids[: seq.prompt_len]) if args.draft_readout else None
+        loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill, readout)
+        (loss / args.accum).backward()
+        total += loss.item() / args.accum
+        acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
+    return total, acc_c, acc_n
 
 
 def export(drafter, folder, step: int, tau: dict | None, args) -> None:
