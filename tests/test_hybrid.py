@@ -148,3 +148,32 @@ def test_prompt_lookup_on_the_fixed_reply_equals_transformers_run(arch, seed):
     steps = prompt_lookup_steps(pair, prompt, reference, 96)
     assert lookup.output == reference and len(steps) == lookup.forwards and sum(steps) == len(reference) - 1
     assert max(steps) > 1                     # it did copy: the comparison is not between two plain decoders
+
+
+@pytest.mark.parametrize("arch,seed", [("llama", 0), ("qwen3", 3)])
+def test_the_judge_replays_hybrid_step_for_step(arch, seed):
+    """The builder learns as it goes (its calibration), so the replay must feed it exactly what the loop does."""
+    from core.eval.judge import replay
+
+    pair = tiny_pair(arch, seed)
+    prompt = [0] + [int(t) for t in np.random.default_rng(seed).integers(2, 12, size=24)]
+    cfg = DecodeConfig(method="hybrid", budget=16, max_new_tokens=64)
+    records = run(pair, prompt, cfg)
+    assert replay(pair, prompt, output_ids(records), cfg) == [r.tau for r in records[1:]]
+
+
+def test_the_judge_sets_prompt_lookup_beside_the_trees(tmp_path, capsys):
+    import json
+
+    from core.eval.baselines import prompt_lookup_steps
+    from core.eval.judge import main, reference_replies
+
+    pair = tiny_pair("qwen3", 3)
+    prompts = tmp_path / "toy.jsonl"
+    prompts.write_text(json.dumps({"prompt": " ".join(str(t) for t in range(2, 12))}))
+    rows = main(["--drafters", "a", "--datasets", str(prompts), "--n", "1", "--methods", "hybrid,hf-prompt-lookup",
+                 "--budgets", "8", "--max-new-tokens", "48"], pair=pair, drafters={"a": pair.drafter})
+    assert [(r["method"], r["budget"]) for r in rows] == [("hybrid", 8), ("hf-prompt-lookup", None)]
+    [(_, prompt_ids, reference)] = list(reference_replies(pair, str(prompts), 1, 48))
+    assert rows[1]["committed"] == prompt_lookup_steps(pair, prompt_ids, reference, 48)
+    assert f"| {prompts} | hf-prompt-lookup | – | a | 1 |" in capsys.readouterr().out

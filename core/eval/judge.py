@@ -27,12 +27,15 @@ from core.builders import as_builder
 from core.dflash import extract_features
 from core.drafter import Drafting
 from core.engine import check_inputs, default_builder, depth_cap, draft_sizes, output_ids, run, step_record
+from core.eval.baselines import prompt_lookup_steps
 from core.eval.benchmark import add_dtype_option, announce_dtype, conversations, dataset_name, progress
 from core.fast_forward import forward
 from core.kv_cache import new_cache
 from core.limits import context_window
 from core.models import default_offline, encode_messages, load_drafter, load_pair
 from core.tree import root_only
+
+PROMPT_LOOKUP = "hf-prompt-lookup"   # the baseline's name in the benchmark
 
 
 def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
@@ -119,13 +122,16 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drafters", required=True,
                     help="comma-separated drafter folders or hub ids; the first is the one the others are compared to")
-    ap.add_argument("--methods", default="chain,ddtree", help="comma-separated: chain, ddtree, presto, presto-beam")
+    ap.add_argument("--methods", default="chain,ddtree",
+                    help="comma-separated: chain, ddtree, presto, presto-beam, hybrid, and hf-prompt-lookup "
+                         "(transformers' prompt lookup on the same replies; it needs no drafter)")
     ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
     ap.add_argument("--out", default=None,
                     help="folder for rows.jsonl (per-step acceptance), appended as each prompt finishes; a rerun "
                          "reuses the rows it finds there and replays only the rest")
     args = parse_reference_args(ap, argv)
-    methods, judged_methods = args.methods.split(","), [m for m in METHODS if m != "ar" and m not in AUTO_METHODS]
+    methods = args.methods.split(",")
+    judged_methods = [m for m in METHODS if m != "ar" and m not in AUTO_METHODS] + [PROMPT_LOOKUP]
     for m in methods:
         if m not in judged_methods:
             why = ("drafts nothing" if m == "ar" else "calibrates its budget on the real loop's steps"
@@ -175,9 +181,13 @@ def judge_prompt(pair, drafters: dict, judged: dict[tuple, DecodeConfig], prompt
     """One prompt's rows, less dataset and prompt, for each (drafter name, method, budget) in `judged` (with its
     config), all on one forward's hidden states."""
     states = reference_states(pair, prompt_ids, reference)
-    rows = []
+    rows, lookup = [], None
     for (name, method, budget), cfg in judged.items():
-        steps = replay(replace(pair, drafter=drafters[name]), prompt_ids, reference, cfg, states)
+        if method == PROMPT_LOOKUP:          # the same for every drafter: computed once
+            lookup = lookup or prompt_lookup_steps(pair, prompt_ids, reference, cfg.max_new_tokens)
+            steps = lookup
+        else:
+            steps = replay(replace(pair, drafter=drafters[name]), prompt_ids, reference, cfg, states)
         rows.append({"drafter": name, "method": method, "budget": budget, "tokens": len(reference),
                      "steps": len(steps), "tau": prompt_tau(steps), "committed": steps})
     return rows
