@@ -114,13 +114,14 @@ def forward_ab(sizes: list[int], past_len: int, repeats: int, dtype: str) -> Non
         print(f"| {n} | {sa:.1f} | {sb:.1f} | {sb / sa:.2f} | {'yes' if equal else 'NO'} |")
 
 
-def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, drafter: str | None) -> None:
+def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, drafter: str | None,
+              builders: list[str]) -> None:
     pair = load_custom_pair(EMBEDDED_TARGET, drafter, dtype) if drafter else load_pair("smollm2-135m", dtype=dtype)
     ids = [encode_chat(pair.tokenizer, p) for p in PROMPTS[:prompts]]
-    print("| budget | tree build ms/step | mask ms/step | step ms | (tree + mask) share of step | verify share | "
-          "draft share |\n|---:|---:|---:|---:|---:|---:|---:|")
-    for b in budgets:
-        records = [run(pair, p, DecodeConfig(method="ddtree", budget=b, max_new_tokens=new_tokens)) for p in ids]
+    print("| method | budget | tree build ms/step | mask ms/step | step ms | (tree + mask) share of step | "
+          "verify share | draft share |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for method, b in ((m, b) for m in builders for b in budgets):
+        records = [run(pair, p, DecodeConfig(method=method, budget=b, max_new_tokens=new_tokens)) for p in ids]
         s = summarize(records)
         steps = [r for run_ in records for r in run_ if r.step]
         tree_ms = statistics.median([r.seconds["tree"] * 1000 for r in steps])
@@ -131,7 +132,7 @@ def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, dra
             mask_ms.append((time.perf_counter() - t0) * 1000)
         step_ms = statistics.median([r.total_seconds * 1000 for r in steps])
         share = (tree_ms + statistics.median(mask_ms)) / step_ms
-        print(f"| {b} | {tree_ms:.2f} | {statistics.median(mask_ms):.2f} | {step_ms:.1f} | {share:.1%} | "
+        print(f"| {method} | {b} | {tree_ms:.2f} | {statistics.median(mask_ms):.2f} | {step_ms:.1f} | {share:.1%} | "
               f"{s.phase_shares['verify']:.1%} | {s.phase_shares['draft']:.1%} |")
 
 
@@ -302,7 +303,8 @@ def main(argv=None) -> None:
     ap.add_argument("--past-len", type=int, default=200, help="verify-latency, forward-ab: cached context length")
     ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,256,512",
                     help="verify-latency, forward-ab: tree tokens N")
-    ap.add_argument("--budgets", default="64,256", help="tree-cost: DDTree budgets")
+    ap.add_argument("--budgets", default="64,256", help="tree-cost: tree budgets")
+    ap.add_argument("--builders", default="ddtree", help="tree-cost: comma-separated tree methods (ddtree, hybrid …)")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--drafter", default=None, help="tree-cost: drafter folder or 'random' (default: the shipped one)")
     ap.add_argument("--anchors", type=int, default=96, help="train-step: max anchors a sequence")
@@ -332,7 +334,8 @@ def main(argv=None) -> None:
     elif args.what == "logit-drift":
         logit_drift(dtypes[0], args.new_tokens, int(args.sizes.split(",")[0]))
     else:
-        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, dtypes[0], args.drafter)
+        tree_cost([int(x) for x in args.budgets.split(",")], args.prompts, args.new_tokens, dtypes[0], args.drafter,
+                  args.builders.split(","))
 
 
 if __name__ == "__main__":
