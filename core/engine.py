@@ -31,6 +31,13 @@ TRIM_EVERY = 64   # steps between returning freed heap pages to the OS
 def check_inputs(pair, prompt_ids: list[int], cfg: DecodeConfig) -> DecodeConfig:
     """Validate everything a run needs before any compute; ValueError says what to change."""
     cfg = cfg.validate(max_block=pair.drafter.block_size if pair.drafter is not None else None)
+    check_fits(pair, prompt_ids, cfg)
+    return cfg
+
+
+def check_fits(pair, prompt_ids: list[int], cfg: DecodeConfig) -> None:
+    """What a validated config needs of the pair and the prompt: a drafter, room in the context window and in
+    memory; ValueError says what to change."""
     if cfg.method != "ar" and pair.drafter is None:
         raise ValueError(f"method {cfg.method!r} needs a drafter, and model pair {pair.name!r} has none; "
                          "use method 'ar' or load a pair with a drafter")
@@ -41,7 +48,6 @@ def check_inputs(pair, prompt_ids: list[int], cfg: DecodeConfig) -> DecodeConfig
         raise ValueError(f"the prompt is {len(prompt_ids)} tokens but the context window is {window}; shorten it")
     drafted = 0 if cfg.method == "ar" else cfg.budget if cfg.method in TREE_METHODS else pair.drafter.block_size - 1
     check_memory(pair.target, drafted, len(prompt_ids), cfg.max_new_tokens)
-    return cfg
 
 
 @torch.inference_mode()

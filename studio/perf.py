@@ -20,14 +20,17 @@ from core.config import DecodeConfig
 from core.engine import run
 from core.eval.perf import PROMPTS
 from core.models import default_offline, encode_chat
+from studio import handlers
+from studio.handlers import Form
+from studio.state import COSTS, get_pair, usable_pairs
 
 
 def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
     """Wall time of a whole run streamed through the app's handler (figures built, throttled updates) against
     the bare engine loop the CLI runs, same prompts and settings; the app's post-run plain-decoding
     measurement is excluded (it is a separate baseline run)."""
-    pair = app.get_pair("smollm2-135m")
-    app._plain = lambda *a, **k: (1.0, [])
+    pair = get_pair("smollm2-135m")
+    handlers._plain = lambda *a, **k: (1.0, [])
     ratios = []
     for rep in range(repeats + 1):
         for text in PROMPTS:
@@ -36,7 +39,8 @@ def app_overhead(budget: int, new_tokens: int, repeats: int) -> None:
             records = run(pair, ids, DecodeConfig(method="ddtree", budget=budget, max_new_tokens=new_tokens))
             cli = time.perf_counter() - t0
             t0 = time.perf_counter()
-            updates = list(app.run(text, "DDTree", budget, 0.0, 1.0, 0, new_tokens, 0, "smollm2-135m", None))
+            form = Form(text, "DDTree", budget, 0.0, 1.0, 0, new_tokens, 0, "smollm2-135m")
+            updates = list(handlers.run(form, None))
             ui = time.perf_counter() - t0
             assert len(updates[-1][-1]["records"]) == len(records)
             if rep:
@@ -49,9 +53,9 @@ def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) ->
     """What a visitor reads: the app's Run handler on each example prompt (math, code, chat, story) with the
     app's own defaults, and the speed-up against plain decoding that its metrics table shows (plain decoding of
     the same prompt, measured by the app in the same process). Medians over `repeats` rounds."""
-    pair = app.get_pair(app.usable_pairs()[0])
-    print(f"app defaults: method {app.DEFAULT_METHOD!r}, budget {app.DEFAULT_BUDGET}; cost curve "
-          f"{app.COSTS.status(pair.name)}; {new_tokens} new tokens")
+    pair = get_pair(usable_pairs()[0])
+    print(f"app defaults: method {handlers.DEFAULT_METHOD!r}, budget {handlers.DEFAULT_BUDGET}; cost curve "
+          f"{COSTS.status(pair.name)}; {new_tokens} new tokens")
     print("| example | method | τ | tokens/s | speed-up vs plain (median) | each round |\n"
           "|---|---|---:|---:|---:|---|")
     names = ("math", "code", "chat", "story")
@@ -59,7 +63,7 @@ def app_speed(methods: list[str], budget: int, new_tokens: int, repeats: int) ->
         for label in methods:
             state, seen = None, []
             for _ in range(repeats):
-                *_, last = app.run(prompt, label, budget, 0.0, 1.0, 0, new_tokens, 0, pair.name, state)
+                *_, last = handlers.run(Form(prompt, label, budget, 0.0, 1.0, 0, new_tokens, 0, pair.name), state)
                 state = {"ar": {}}                # a fresh plain-decoding baseline every round
                 table = last[3].splitlines()[2]
                 tau, tps, speed = re.findall(r"[\d.]+", table)[:3]

@@ -91,7 +91,7 @@ def test_benchmark_counts_near_ties_among_differing_outputs():
 def test_clicking_a_differing_compare_row_shows_that_step(monkeypatch):
     from types import SimpleNamespace
 
-    import app
+    from studio import handlers, state as session
 
     base = tiny_pair("llama", 3)
     one, _, _ = _tie(base, 4, 0.004)
@@ -99,26 +99,27 @@ def test_clicking_a_differing_compare_row_shows_that_step(monkeypatch):
     plain = run(replace(base, target=one), PROMPT, DecodeConfig(method="ar", max_new_tokens=12))
     tree = run(replace(base, target=wide), PROMPT, DecodeConfig(method="ddtree", budget=8, max_new_tokens=12))
     div = first_divergence(plain, tree)
-    monkeypatch.setitem(app.PAIRS, "tiny", base)
+    monkeypatch.setitem(session.PAIRS, "tiny", base)
     state = {"records": [], "texts": {}, "ar": {}, "compare_ids": PROMPT,
-             "compared": {app.COMPARED[0]: (plain, None, "ar"), "DDTree": (tree, div, "ddtree")}}
-    out = app.show_difference(SimpleNamespace(index=[app.COMPARED.index("DDTree"), 0]), "tiny", state)
+             "compared": {handlers.COMPARED[0]: (plain, None, "ar"), "DDTree": (tree, div, "ddtree")}}
+    out = handlers.show_difference(SimpleNamespace(index=[handlers.COMPARED.index("DDTree"), 0]), "tiny", state)
     text, tree_fig, slider = out[:3]
     assert text.count(" diff\"") == 1 and out[-1]["records"] is tree
     assert tree.index(next(r for r in tree if r.step == div.step)) == slider.value
     assert "first differs from plain decoding" in tree_fig.layout.title.text
-    verdict = app._verdict(base, [{"identical": "no"}] * len(app.COMPARED), state["compared"], 0.0, state)
+    verdict = handlers._verdict(base, [{"identical": "no"}] * len(handlers.COMPARED), state["compared"], 0.0, state)
     assert "token 4" in verdict and "near-tie" in verdict
 
 
 def test_a_run_that_differs_from_plain_decoding_says_where_in_its_metrics(monkeypatch):
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
 
     base = tiny_pair("llama", 3)
     one, _, _ = _tie(base, 4, 0.004)
     wide, _, _ = _tie(base, 4, -0.004)
     plain = run(replace(base, target=one), PROMPT, DecodeConfig(method="ar", max_new_tokens=12))
-    monkeypatch.setitem(app.PAIRS, "tiny", replace(base, target=wide))
-    monkeypatch.setattr(app, "_plain", lambda *a, **k: (10.0, plain))     # plain decoding on the other rounding
-    *_, last = app.run(" ".join(map(str, PROMPT)), "DDTree", 8, 0.0, 1.0, 0, 12, 0, "tiny", None)
+    monkeypatch.setitem(state.PAIRS, "tiny", replace(base, target=wide))
+    monkeypatch.setattr(handlers, "_plain", lambda *a, **k: (10.0, plain))  # plain decoding on the other rounding
+    *_, last = handlers.run(Form(" ".join(map(str, PROMPT)), "DDTree", 8, 0.0, 1.0, 0, 12, 0, "tiny"), None)
     assert "DDTree** first differs at token 4" in last[3] and "near-tie" in last[3]

@@ -34,13 +34,15 @@ def broken_drafters(tmp_path: Path) -> dict[str, tuple[PairSpec, str]]:
 
 def test_broken_pairs_fail_clearly_and_the_default_still_works(tmp_path, monkeypatch):
     import app
+    from studio import handlers
+    from studio.handlers import Form
 
     for name, (spec, message) in broken_drafters(tmp_path).items():
         monkeypatch.setitem(MODEL_PAIRS, name, spec)
         with pytest.raises(gr.Error, match=message):
             app.get_pair(name)
         assert name not in app.PAIRS                                        # nothing half-loaded is kept
-    *_, last = app.run("Say hello.", "DDTree", 16, 0.0, 1.0, 0, 8, 0, "smollm2-135m", None)
+    *_, last = handlers.run(Form("Say hello.", "DDTree", 16, 0.0, 1.0, 0, 8, 0, "smollm2-135m"), None)
     assert "τ" in last[3] and last[-1]["records"]
 
 
@@ -61,21 +63,22 @@ def test_unwritable_cache_folder(tmp_path, monkeypatch):
 
 
 def test_missing_ngram_table_falls_back_in_the_app(tmp_path, monkeypatch):
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
 
     pair = tiny_pair()
     pair.ngram_table = tmp_path / "missing.npz"
-    monkeypatch.setitem(app.PAIRS, "tiny-no-table", pair)
+    monkeypatch.setitem(state.PAIRS, "tiny-no-table", pair)
     shown = []
-    monkeypatch.setattr(app.gr, "Warning", lambda message, *a, **k: shown.append(message))
+    monkeypatch.setattr(handlers.gr, "Warning", lambda message, *a, **k: shown.append(message))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        *_, last = app.run("0 5 6 7 8", "PRESTO", 16, 0.0, 1.0, 0, 16, 0, "tiny-no-table", None)
+        *_, last = handlers.run(Form("0 5 6 7 8", "PRESTO", 16, 0.0, 1.0, 0, 16, 0, "tiny-no-table"), None)
     assert last[-1]["records"] and shown and "n-gram table" in shown[0]
     pair.ngram_table = tmp_path / "corrupt.npz"
     pair.ngram_table.write_bytes(b"PK\x03\x04 a zip cut short")
     with pytest.raises(gr.Error):
-        list(app.run("0 5 6 7 8", "PRESTO", 16, 0.0, 1.0, 0, 16, 0, "tiny-no-table", None))
+        list(handlers.run(Form("0 5 6 7 8", "PRESTO", 16, 0.0, 1.0, 0, 16, 0, "tiny-no-table"), None))
 
 
 class _FakeTokenizer:

@@ -23,9 +23,12 @@ def text_of(rendered: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", body))
 
 
-def plain_text(app, prompt: str) -> str:
+def plain_text(prompt: str) -> str:
     """Plain decoding of the prompt through the app's own handler, in this process."""
-    *_, last = app.run(prompt, "Plain decoding (AR)", 16, 0.0, 1.0, 0, TOKENS, 0, "smollm2-135m", None)
+    from studio import handlers
+    from studio.handlers import Form
+
+    *_, last = handlers.run(Form(prompt, "Plain decoding (AR)", 16, 0.0, 1.0, 0, TOKENS, 0, "smollm2-135m"), None)
     return text_of(last[0])
 
 
@@ -34,7 +37,7 @@ def test_eight_concurrent_clients(url):
     from gradio_client import Client
     from gradio_client.utils import Status
 
-    expected = {p: plain_text(app, p) for p in PROMPTS}
+    expected = {p: plain_text(p) for p in PROMPTS}
     rss_before = psutil.Process().memory_info().rss
     health, stop = [], threading.Event()
 

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [p for p in list((ROOT / "core").rglob("*.py")) + list((ROOT / "viz").rglob("*.py")) + [ROOT / "app.py"]]
+SOURCES = [p for d in ("core", "viz", "studio") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
 
 
 def test_no_remote_code_and_no_pickle():

@@ -236,40 +236,43 @@ def test_other_charts_and_token_html():
 
 
 def test_app_handlers_stream_one_update_per_step(monkeypatch):
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
+    from studio.views import TREE_HEIGHT
     from tests.conftest import tiny_pair
 
-    monkeypatch.setattr(app, "UPDATE_INTERVAL", 0.0)
-    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
-    updates = list(app.run("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny", None))
-    state = updates[-1][-1]
-    records = state["records"]
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    updates = list(handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), None))
+    session = updates[-1][-1]
+    records = session["records"]
     assert len(updates) == len(records) + 1                                   # one per step, then the final one
     assert sum(len(r.committed) for r in records) <= 24
     assert [r.step for r in records] == list(range(len(records)))
     assert "τ" in updates[-1][3] and "speed-up" in updates[-1][3]
     # replay an earlier step from the stored records
-    tree, icicle, mask, explain, _, caption = app.show_step(1, "tiny", state)
+    tree, icicle, mask, explain, _, caption = handlers.show_step(1, "tiny", session)
     assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain and caption
-    assert tree.layout.height == app.TREE_HEIGHT and "Draft tree" in tree.layout.title.text
+    assert tree.layout.height == TREE_HEIGHT and "Draft tree" in tree.layout.title.text
     # Step: exactly one decoding step per press, the first being the prefill
     s = None
     for k in range(3):
-        out = app.step_once("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny", s)
+        out = handlers.step_once(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), s)
         s = out[-1]
         assert [r.step for r in s["records"]] == list(range(k + 1))
 
 
 def test_app_auto_budget_shows_the_budget_chosen_per_step(monkeypatch, tmp_path):
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
     from tests.conftest import tiny_pair
 
     from core import costs
 
     monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path))
     monkeypatch.setattr(costs, "measure", lambda t, **_: {n: 1.0 for n in costs.SIZES})   # trees cost nothing extra
-    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
-    updates = list(app.run("0 5 6 7 8", "DDTree, auto budget", 16, 0.0, 1.0, 0, 24, 0, "tiny", None))
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    updates = list(handlers.run(Form("0 5 6 7 8", "DDTree, auto budget", 16, 0.0, 1.0, 0, 24, 0, "tiny"), None))
     records = updates[-1][-1]["records"]
     assert all(r.budget_used <= 16 for r in records) and any(r.budget_used > 0 for r in records)
     assert "chosen per step" in updates[-1][4].layout.title.text
@@ -285,24 +288,26 @@ def test_app_auto_budget_shows_the_budget_chosen_per_step(monkeypatch, tmp_path)
 def test_app_bad_input_is_a_readable_error(monkeypatch, args, match):
     import gradio as gr
 
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
     from tests.conftest import tiny_pair
 
-    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
     with pytest.raises(gr.Error, match=match):
-        list(app.run(*args, None))
+        list(handlers.run(Form(*args), None))
 
 
 def test_app_compare_reports_identical_outputs(monkeypatch):
     import warnings
 
-    import app
+    from studio import handlers, state
+    from studio.handlers import Form
     from tests.conftest import tiny_pair
 
-    monkeypatch.setitem(app.PAIRS, "tiny", tiny_pair())
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        updates = list(app.compare("0 5 6 7 8", 16, 0.0, 1.0, 0, 20, 0, "tiny"))
+        updates = list(handlers.compare(Form("0 5 6 7 8", budget=16, max_new=20, pair_name="tiny")))
     table, fig, verdict, _ = updates[-1]
-    assert [row[0] for row in table] == list(app.COMPARED) == list(fig.data[0].y)
+    assert [row[0] for row in table] == list(handlers.COMPARED) == list(fig.data[0].y)
     assert table[0][4] == "1.00×" and "identical" in verdict and len(fig.data) == 3

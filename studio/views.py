@@ -1,0 +1,76 @@
+"""What the page shows for a run's records: every output by name (OUTPUTS, the order the app wires them in), the
+step views a replayed step refreshes (STEP_VIEWS), and the Gradio values for them. Outputs a handler leaves out
+are skipped, so no handler counts the page's components.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from studio.state import COSTS
+from viz import charts, page, text as words
+from viz.tokens import token_html
+from viz.tree_graph import tree_figure
+
+TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
+STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption")
+OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
+           "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption")
+
+
+def values(views: dict, names: tuple[str, ...] = OUTPUTS) -> list:
+    """The views in the order of `names`; a name without a view keeps what the page shows."""
+    return [views.get(name, gr.skip()) for name in names]
+
+
+def token_texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
+    """`texts` with every token the records mention decoded (each token once per session)."""
+    ids = {t for r in records for t in r.tree.tokens + r.committed + [r.bonus]} - texts.keys()
+    texts.update({t: pair.tokenizer.decode([t]) for t in ids})
+    return texts
+
+
+def block_size(pair):
+    return pair.drafter.block_size if pair.drafter is not None else None
+
+
+def draft_ms(records):
+    steps = [r for r in records if r.step > 0 and "draft" in r.seconds]
+    return 1000 * sum(r.seconds["draft"] for r in steps) / len(steps) if steps else None
+
+
+def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown: int | None = None,
+           highlight: int | None = None) -> dict:
+    """Views of the records: while running, the latest step (full=False leaves out the slow run-level charts);
+    when done, a representative step with the slider on it (or step index `shown`, token `highlight` outlined)."""
+    texts = token_texts(pair, records, state["texts"])
+    if shown is not None:
+        rule = "where it first differs from plain decoding"
+    elif status == "running":
+        shown, rule = len(records) - 1, ""
+    else:
+        shown, rule = words.representative_step(records)
+    views = step_views(pair, records, shown, texts, state, rule, full)
+    views |= {"text": token_html(records, texts, highlight),
+              "slider": gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
+                                  label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})"),
+              "metrics": page.metrics_md(records, ar_tps, status, state.get("difference", "")),
+              "budget_fig": charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records))}
+    if full:
+        views |= {"tau_fig": charts.tau_per_step(records), "hist_fig": charts.histogram(records),
+                  "depth_fig": charts.depth_rates(records), "time_fig": charts.time_breakdown(records),
+                  "calib_fig": charts.calibration(records)}
+    return views
+
+
+def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
+    """Tree, icicle, mask, explanation, tree again (How it works) and the caption for stored step k (full=False:
+    the tree and the caption only)."""
+    r = records[k]
+    note = f" ({rule})" if rule else ""
+    fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}", height=TREE_HEIGHT)
+    caption = words.step_caption(r, texts, block_size(pair), state.get("prompt_tokens"), state.get("method", ""))
+    if not full:
+        return {"tree": fig, "caption": caption}
+    explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), block_size(pair))
+    return {"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
+            "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption}
