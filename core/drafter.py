@@ -102,9 +102,10 @@ class Drafting:
         """Queue the target's features [C, n_taps*H] of the next C positions (the prompt, then accepted paths)."""
         self.unread = features if self.unread is None else torch.cat([self.unread, features])
 
-    def draft(self, bonus: int, past_len: int, depth: int) -> BlockDraft:
-        """One drafter forward over [bonus, MASK x L] at position past_len, kept to `depth` positions."""
+    def draft(self, bonus: int, past_len: int) -> BlockDraft:
+        """One drafter forward over [bonus, MASK x L] at position past_len: all L positions (the record keeps the
+        whole block; the builder gets it clipped to the depth the step may still commit, `clip_draft`)."""
         draft = draft_block(self.drafter, self.target, self.unread, bonus, past_len, self.kv, self.n_pos, self.k,
                             self.entropy, self.readout)
         self.unread = self.unread[:0]
-        return clip_draft(draft, depth)
+        return draft

@@ -15,7 +15,7 @@ from core.builders import BUILDERS, NESTED, Ranked, TreeBuilder, as_builder
 from core.config import AUTO_METHODS, TREE_METHODS, DecodeConfig
 from core.costs import cached_curve, estimated_curve
 from core.dflash import extract_features
-from core.drafter import BlockDraft, Drafting
+from core.drafter import BlockDraft, Drafting, clip_draft
 from core.fast_forward import forward
 from core.hybrid import HybridBuilder
 from core.kv_cache import compact, new_cache
@@ -87,10 +87,11 @@ def generate(pair, prompt_ids: list[int], cfg: DecodeConfig, builder=None) -> It
         # 1) draft: one drafter forward over [bonus, MASK x L]
         with timed(seconds, "draft", sync):
             if drafting is not None and cap > 0 and build.should_draft():
-                draft = drafting.draft(bonus, past_len, cap)
+                draft = drafting.draft(bonus, past_len)
         # 2) build tree: a function of the [L, K] candidates (and the history)
         with timed(seconds, "tree"):
-            tree = build(draft, cfg.budget, bonus, history) if draft is not None else root_only(bonus)
+            tree = build(clip_draft(draft, cap), cfg.budget, bonus, history) if draft is not None \
+                else root_only(bonus)
         # 3) verify: one target forward over the flattened tree
         with timed(seconds, "verify", sync):
             verification = verify(target, tree, cache, past_len, layer_ids)

@@ -9,12 +9,15 @@ import statistics
 from core.adaptive import interpolate_cost
 from core.divergence import NEAR_TIE
 from core.records import PHASES
+from core.tree import RETRIEVED, accepted_by
 from viz import theme
 
 METHOD_WORDS = {"chain": "the argmax chain", "ddtree": "the most probable prefixes (DDTree's heap)",
                 "presto": "the best prefixes by PRESTO's score", "presto-beam": "PRESTO's beam",
                 "ddtree-auto": "the most probable prefixes, as many as pay (auto budget)",
-                "presto-auto": "the best PRESTO prefixes, as many as pay (auto budget)"}
+                "presto-auto": "the best PRESTO prefixes, as many as pay (auto budget)",
+                "hybrid": "the most probable prefixes of the drafter's and retrieval's proposals together",
+                "hybrid-auto": "the most probable drafter and retrieved prefixes, as many as pay (auto budget)"}
 
 
 def _piece(texts: dict[int, str], token: int) -> str:
@@ -44,7 +47,21 @@ def step_caption(record, texts: dict[int, str], block_size: int | None, prompt_t
             f"builder kept **{t.size} nodes** reaching depth {t.max_depth} → one target forward verified "
             f"{t.size + 1} tokens → it accepted **{record.accepted_drafts}** "
             f"draft{'s' if record.accepted_drafts != 1 else ''}{f' (<code>{acc}</code>)' if acc else ''} and added "
-            f"the bonus <code>{_piece(texts, record.bonus)}</code>: τ = {record.tau}.")
+            f"the bonus <code>{_piece(texts, record.bonus)}</code>: τ = {record.tau}.{_sources(t, record)}")
+
+
+def _sources(tree, record) -> str:
+    """Hybrid trees: how many nodes retrieval added and where the accepted drafts came from."""
+    if tree.origin is None:
+        return ""
+    found = sum(1 for o in tree.origin if o & RETRIEVED)
+    return (f" Retrieval found {found} of the {tree.size} nodes; the accepted drafts came "
+            f"{proposer_words(accepted_by(tree, record.accepted))}.")
+
+
+def proposer_words(counts: tuple[int, int, int]) -> str:
+    drafter, retrieval, both = counts
+    return f"{drafter} from the drafter, {retrieval} from retrieval, {both} from both"
 
 
 def step_explanation(record, texts: dict[int, str], method: str, block_size: int | None) -> str:
@@ -80,8 +97,10 @@ def representative_step(records) -> tuple[int, str]:
     return best, f"a typical step: τ nearest the run's median τ ({median:g}); the last is step {records[-1].step}"
 
 
-def metrics(summary, ar_tps: float | None, status: str = "done") -> str:
-    """The numbers that matter, with their definitions; status: running | stopped | done."""
+def metrics(summary, ar_tps: float | None, status: str = "done",
+            sources: tuple[int, int, int] | None = None) -> str:
+    """The numbers that matter, with their definitions; status: running | stopped | done; sources: a hybrid
+    run's accepted drafts by proposer (drafter, retrieval, both)."""
     s = summary
     if ar_tps and s.steps:
         speed = f"{s.tokens_per_second / ar_tps:.2f}×"
@@ -98,7 +117,8 @@ def metrics(summary, ar_tps: float | None, status: str = "done") -> str:
         f"τ = tokens committed per target forward (bonus counted) = {s.tokens - 1} / {s.steps}; expected from the "
         f"trees 1 + Σ q(u) = {s.expected_tau:.2f}{oracle}. tokens/s = decode tokens / decode time (prefill "
         "excluded), from the engine's timers. Speed-up = this run's tokens/s ÷ plain decoding's on the same prompt, "
-        "measured in this app run. Forwards saved = tokens that needed no target forward of their own.",
+        "measured in this app run. Forwards saved = tokens that needed no target forward of their own."
+        + (f" Accepted drafts by proposer: {proposer_words(sources)}." if sources else ""),
     ])
 
 

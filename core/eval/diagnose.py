@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from core.dflash import extract_features
-from core.drafter import Drafting
+from core.drafter import Drafting, clip_draft
 from core.eval.benchmark import announce_dtype
 from core.eval.judge import parse_reference_args, reference_replies
 from core.fast_forward import forward
@@ -46,7 +46,7 @@ def anchor_drafts(pair, prompt_ids: list[int], reference: list[int], depth: int)
     drafting, drafted = Drafting(drafter, target, prompt_ids, depth, 1), []
     for t in range(len(reference) - 1):
         drafting.read(features[n + t - 1: n + t] if t else features[:n])
-        drafted.append(drafting.draft(reference[t], n + t, depth).tokens[:, 0])
+        drafted.append(clip_draft(drafting.draft(reference[t], n + t), depth).tokens[:, 0])
     return np.asarray(drafted, dtype=np.int64).reshape(-1, depth), p
 
 

@@ -25,7 +25,7 @@ from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig
 from core.accept import follow
 from core.builders import as_builder
 from core.dflash import extract_features
-from core.drafter import Drafting
+from core.drafter import Drafting, clip_draft
 from core.engine import check_inputs, default_builder, depth_cap, draft_sizes, output_ids, run, step_record
 from core.eval.baselines import prompt_lookup_steps
 from core.eval.benchmark import add_dtype_option, announce_dtype, conversations, dataset_name, progress
@@ -86,8 +86,8 @@ def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
         drafting.read(features[fed:past])
         fed, cap = past, depth_cap(n_pos, cfg, t + 1, past, window)
         if cap > 0 and build.should_draft():
-            draft = drafting.draft(bonus, past, cap)
-        tree = build(draft, cfg.budget, bonus, prompt_ids + reference[: t + 1]) if draft is not None \
+            draft = drafting.draft(bonus, past)
+        tree = build(clip_draft(draft, cap), cfg.budget, bonus, prompt_ids + reference[: t + 1]) if draft is not None \
             else root_only(bonus)
         # the loop's greedy walk, with the reply's next token as the target's choice after each node
         accepted = follow(tree, [reference[t + 1 + d] if t + 1 + d < len(reference) else -1 for d in tree.depths])
