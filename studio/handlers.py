@@ -17,6 +17,7 @@ from core.divergence import first_divergence
 from core.engine import check_fits, generate
 from core.hardware import dtype_facts
 from core.models import encode_chat
+from core.ngram import build_command
 from core.records import summarize
 from studio.state import COSTS, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, stopped_since
 from studio.views import STEP_VIEWS, block_size, render, step_views, token_texts, values
@@ -76,8 +77,10 @@ def _start(pair, ids: list[int], cfg: DecodeConfig):
         raise gr.Error(str(e)) from e
     table = getattr(pair, "ngram_table", None)
     if cfg.method.startswith("presto") and (table is None or not Path(table).is_file()):
+        vocab = pair.target.get_output_embeddings().weight.shape[0]
+        out = table or f"assets/ngram/{pair.name}-3gram.npz"
         gr.Warning("No n-gram table for this model pair: PRESTO scores paths with this request's own n-gram counts "
-                   "only (build one with `python -m core.training.build_ngram`).")
+                   f"only (build one with `{build_command(out, vocab, cfg.ngram_order)}`).")
     return _guarded(generate(pair, ids, cfg))
 
 
