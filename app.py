@@ -112,11 +112,16 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                     depth_fig = gr.Plot(show_label=False)
                     calib_fig = gr.Plot(show_label=False)
                 with gr.Tab("Step views"):
+                    tree_facts = gr.Markdown("Run or Step to see this step's tree as a graph.", elem_id="tree_facts")
+                    with gr.Row():
+                        graphml = gr.DownloadButton("Download this tree (GraphML)", elem_id="graphml", size="sm")
+                        graph_json = gr.DownloadButton("Download this tree (node-link JSON)", elem_id="graph_json",
+                                                       size="sm")
                     icicle_fig = gr.Plot(show_label=False)
                     mask_fig = gr.Plot(show_label=False)
                 with gr.Tab("Compare"):
-                    compare_btn = gr.Button("Compare plain decoding, chain, DDTree, auto budget and PRESTO on this "
-                                            "prompt", elem_id="compare")
+                    compare_btn = gr.Button("Compare plain decoding, chain, DDTree, PRESTO and the auto budgets on "
+                                            "this prompt", elem_id="compare")
                     compare_table = gr.Dataframe(headers=COMPARE_HEADERS, elem_id="compare_table",
                                                  datatype=["str", "str", "number", "number", "str", "str"],
                                                  interactive=False)
@@ -135,7 +140,8 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     shown = {"text": text, "tree": tree, "slider": slider, "metrics": metrics, "budget_fig": budget_fig,
              "tau_fig": tau_fig, "hist_fig": hist_fig, "depth_fig": depth_fig, "time_fig": time_fig,
              "calib_fig": calib_fig, "icicle": icicle_fig, "mask": mask_fig, "explain": explain,
-             "explain_tree": explain_tree, "caption": caption}
+             "explain_tree": explain_tree, "caption": caption, "tree_facts": tree_facts, "graphml": graphml,
+             "graph_json": graph_json}
     OUTPUTS = [shown[name] for name in views.OUTPUTS] + [state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
     run_btn.click(run, [state], OUTPUTS, inputs_kwargs=form, concurrency_id="model", show_progress="minimal",

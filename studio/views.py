@@ -4,17 +4,22 @@ are skipped, so no handler counts the page's components.
 """
 from __future__ import annotations
 
+import hashlib
+import tempfile
+from pathlib import Path
+
 import gradio as gr
 
 from studio.state import COSTS
-from viz import charts, page, text as words
+from viz import charts, graph, page, text as words
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
 TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
-STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption")
+STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
-           "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption")
+           "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
+DOWNLOADS = Path(tempfile.mkdtemp(prefix="draft-tree-studio-"))   # this process's tree downloads
 
 
 def values(views: dict, names: tuple[str, ...] = OUTPUTS) -> list:
@@ -72,5 +77,17 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
     if not full:
         return {"tree": fig, "caption": caption}
     explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), block_size(pair))
+    g = graph.step_graph(r, texts)
     return {"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
-            "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption}
+            "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption,
+            "tree_facts": f"**Step {r.step}.** {graph.facts_line(g)}",
+            "graphml": download(f"tree-step{r.step}", "graphml", graph.graphml(g)),
+            "graph_json": download(f"tree-step{r.step}", "json", graph.node_link_json(g))}
+
+
+def download(stem: str, suffix: str, content: str) -> str:
+    """A file holding `content` for a download button (named by its content, so a step shown twice is one file)."""
+    path = DOWNLOADS / f"{stem}-{hashlib.sha1(content.encode()).hexdigest()[:10]}.{suffix}"
+    if not path.exists():
+        path.write_text(content, encoding="utf-8")
+    return str(path)

@@ -27,6 +27,7 @@ import urllib.request
 from dataclasses import fields
 from pathlib import Path
 
+import networkx as nx
 import numpy as np
 import psutil
 import torch
@@ -40,10 +41,13 @@ from core.fast_forward import forward, pack_linears
 from core.kv_cache import cache_kwargs, crop_to, new_cache
 from core.models import (EMBEDDED_TARGET, ModelPair, default_offline, embedded_target_dir, encode_chat,
                          load_custom_pair, load_drafter, load_pair, load_target)
-from core.records import summarize
+from core.builders import build_ddtree
+from core.records import StepRecord, summarize
 from core.training.data import load_sequences, make_blocks
 from core.training.train import weighted_loss
 from core.verify import tree_inputs
+from viz.graph import step_graph
+from viz.tree_graph import tidy_layout
 
 PROMPTS = ["Write a Python function that checks whether a string is a palindrome.",
            "What are some good tips for staying focused while studying?",
@@ -134,6 +138,34 @@ def tree_cost(budgets: list[int], prompts: int, new_tokens: int, dtype: str, dra
         share = (tree_ms + statistics.median(mask_ms)) / step_ms
         print(f"| {method} | {b} | {tree_ms:.2f} | {statistics.median(mask_ms):.2f} | {step_ms:.1f} | {share:.1%} | "
               f"{s.phase_shares['verify']:.1%} | {s.phase_shares['draft']:.1%} |")
+
+
+def tree_layout(nodes: int, repeats: int) -> None:
+    """The tree view's tidy layout against NetworkX's layered `bfs_layout` on one deep `nodes`-node DDTree tree:
+    time, edge crossings between neighbouring depths, and mean vertical edge length (a share of the height)."""
+    rng = np.random.default_rng(0)
+    logq = np.tile(-(0.05 + 1.2 * np.log1p(np.arange(nodes))), (15, 1)) + rng.normal(0, 0.2, (15, nodes))
+    tokens = np.stack([rng.permutation(nodes + 100)[:nodes] for _ in range(15)])
+    tree = build_ddtree(np.sort(logq, axis=1)[:, ::-1].copy(), tokens, nodes, 0)
+    g = step_graph(StepRecord(1, tree, [0], 1, [1], "", {}, [1.0]), {})
+    layouts = {"tidy (viz.tree_graph)": lambda: tidy_layout(tree.parents, tree.score),
+               "networkx bfs_layout": lambda: [p[1] for _, p in sorted(nx.bfs_layout(g, 0).items())]}
+    print(f"{len(tree.tokens)} nodes, depth {tree.max_depth}, median of {repeats}\n"
+          "| layout | ms | edge crossings | mean edge drop / height |\n|---|---:|---:|---:|")
+    for name, layout in layouts.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            y = layout()
+            times.append(1000 * (time.perf_counter() - t0))
+        edges = [(y[p], y[i]) for i, p in enumerate(tree.parents) if p >= 0]
+        by_depth: dict[int, list] = {}
+        for (i, p), edge in zip(((i, p) for i, p in enumerate(tree.parents) if p >= 0), edges):
+            by_depth.setdefault(tree.depths[i], []).append(edge)
+        crossings = sum(a[0] < b[0] and a[1] > b[1] for es in by_depth.values() for a in es for b in es)
+        span = (max(y) - min(y)) or 1.0
+        drop = statistics.mean(abs(c - p) / span for p, c in edges)
+        print(f"| {name} | {statistics.median(times):.2f} | {crossings} | {drop:.3f} |")
 
 
 @torch.inference_mode()
@@ -293,7 +325,7 @@ def main(argv=None) -> None:
     default_offline()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "first-token",
-                                     "logit-drift", "memory", "train-step"])
+                                     "logit-drift", "memory", "train-step", "tree-layout"])
     ap.add_argument("--methods", default="DDTree, auto budget",
                     help="first-token: the app's method labels, separated by '|' ('default' keeps the app's)")
     ap.add_argument("--dtype", default="auto",
@@ -329,6 +361,8 @@ def main(argv=None) -> None:
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats, dtypes[0])
     elif args.what == "train-step":
         train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
+    elif args.what == "tree-layout":
+        tree_layout(int(args.budgets.split(",")[-1]), args.repeats)
     elif args.what == "first-token":
         first_token(args.methods.split("|"), int(args.budgets.split(",")[0]), args.repeats)
     elif args.what == "logit-drift":
