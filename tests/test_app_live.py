@@ -198,3 +198,45 @@ def test_compare_in_bf16_shows_where_and_why_outputs_differ(url):
             browser.close()
     finally:
         app.PAIRS["smollm2-135m"] = fp32
+
+
+COPY_PROMPT = ("Here is a list:\n- apples are red and sweet\n- bananas are yellow and soft\n"
+               "- grapes are purple and small\nRepeat the list exactly, then add one line about lemons in the "
+               "same style.")
+
+
+@pytest.mark.usefixtures("chromium")
+def test_hybrid_run_names_its_proposers_and_the_tree_downloads(url, tmp_path):
+    """A newcomer picks the hybrid on a prompt that asks for copying: the metrics and the caption say where the
+    accepted drafts came from, retrieved nodes have their legend entry, and Step views' download is the tree."""
+    import re
+
+    import networkx as nx
+    from playwright.sync_api import expect, sync_playwright
+
+    OUT.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+        _settings(page, url, COPY_PROMPT, max_new=48, budget=16, method="Hybrid (drafter + retrieval)")
+        page.locator("#run").click()
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        counts = re.search(r"Accepted drafts by proposer: (\d+) from the drafter, (\d+) from retrieval, (\d+) from "
+                           r"both", page.locator("#metrics").inner_text())
+        assert counts and int(counts[2]) + int(counts[3]) > 0          # retrieval's tokens were accepted
+        caption = page.locator("#caption").inner_text()
+        found = int(re.search(r"Retrieval found (\d+) of the (\d+) nodes", caption)[1])
+        names = page.evaluate("() => document.querySelector('#tree .js-plotly-plot').data.map(t => t.name)")
+        assert (found > 0) == any(n and n.startswith("found by retrieval") for n in names)
+        nodes = page.evaluate("() => document.querySelector('#tree .js-plotly-plot').data[1].x.length")
+        page.get_by_role("tab", name="Step views").click()
+        expect(page.locator("#tree_facts")).to_contain_text("root-to-leaf paths")
+        with page.expect_download() as download:
+            page.locator("#graphml").click()
+        saved = tmp_path / "tree.graphml"
+        download.value.save_as(saved)
+        graph = nx.read_graphml(saved)
+        assert graph.number_of_nodes() == nodes and nx.is_arborescence(graph)
+        assert {"drafter", "retrieval", "both"} & set(nx.get_node_attributes(graph, "proposer").values())
+        page.screenshot(path=str(OUT / "app-hybrid.png"), full_page=True)
+        browser.close()

@@ -177,3 +177,12 @@ def test_the_judge_sets_prompt_lookup_beside_the_trees(tmp_path, capsys):
     [(_, prompt_ids, reference)] = list(reference_replies(pair, str(prompts), 1, 48))
     assert rows[1]["committed"] == prompt_lookup_steps(pair, prompt_ids, reference, 48)
     assert f"| {prompts} | hf-prompt-lookup | – | a | 1 |" in capsys.readouterr().out
+
+
+def test_the_icicle_fits_children_that_hold_more_than_their_parent():
+    from viz.charts import icicle_widths
+
+    parents = [-1, 0, 0, 1, 1]
+    widths = icicle_widths(parents, np.log([1.0, 0.7, 0.6, 0.5, 0.4]).tolist())   # 0.7 + 0.6 > 1; 0.5 + 0.4 > 0.7
+    assert math.isclose(widths[1] + widths[2], 1.0) and widths[3] + widths[4] <= widths[1] + 1e-12
+    assert np.allclose(icicle_widths(parents, np.log([1.0, 0.5, 0.3, 0.2, 0.1]).tolist()), [1.0, 0.5, 0.3, 0.2, 0.1])

@@ -1,5 +1,6 @@
 """viz/ figures from synthetic records (no model), and the app's handlers on a tiny random model."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,7 +239,7 @@ def test_other_charts_and_token_html():
 def test_app_handlers_stream_one_update_per_step(monkeypatch):
     from studio import handlers, state
     from studio.handlers import Form
-    from studio.views import TREE_HEIGHT
+    from studio.views import STEP_VIEWS, TREE_HEIGHT
     from tests.conftest import tiny_pair
 
     monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
@@ -251,8 +252,10 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
     assert [r.step for r in records] == list(range(len(records)))
     assert "τ" in updates[-1][3] and "speed-up" in updates[-1][3]
     # replay an earlier step from the stored records
-    tree, icicle, mask, explain, _, caption = handlers.show_step(1, "tiny", session)
+    shown = dict(zip(STEP_VIEWS, handlers.show_step(1, "tiny", session)))
+    tree, explain, caption = shown["tree"], shown["explain"], shown["caption"]
     assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain and caption
+    assert "**Step 1.** Tree:" in shown["tree_facts"] and Path(shown["graphml"]).read_text().startswith("<?xml")
     assert tree.layout.height == TREE_HEIGHT and "Draft tree" in tree.layout.title.text
     # Step: exactly one decoding step per press, the first being the prefill
     s = None

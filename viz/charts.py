@@ -186,11 +186,12 @@ def icicle(record, texts: dict[int, str], max_nodes: int = 600) -> go.Figure:
     fig = go.Figure(go.Icicle(
         ids=[str(i) for i in range(n)], parents=[""] + [str(tree.parents[i]) for i in range(1, n)],
         labels=[theme.label(texts.get(t, str(t))) for t in tree.tokens[:n]],
-        values=[math.exp(s) for s in tree.prefix_logq[:n]], branchvalues="total", name="draft tree",
+        values=icicle_widths(tree.parents[:n], tree.prefix_logq[:n]), branchvalues="total", name="draft tree",
+        customdata=[math.exp(v) for v in tree.prefix_logq[:n]],
         marker=dict(colors=[theme.ACCEPTED if i in path else colours[i] for i in range(n)],
                     line=dict(color=theme.EDGE, width=0.5)),
         tiling=dict(orientation="h"), leaf=dict(opacity=1),
-        hovertemplate="%{label}<br>q(prefix) %{value:.2e}<extra></extra>"))
+        hovertemplate="%{label}<br>q(prefix) %{customdata:.2e}<extra></extra>"))
     # legend and colour bar only: the icicle trace itself has neither
     fig.add_scatter(x=[None], y=[None], mode="markers", name="drafted node (colour: log₁₀ q(prefix))",
                     marker=dict(symbol="square", size=12, color=[theme.LOG10_PMAX / 2 + theme.LOG10_PMIN / 2],
@@ -203,6 +204,20 @@ def icicle(record, texts: dict[int, str], max_nodes: int = 600) -> go.Figure:
                                      margin=dict(l=5, r=5, t=60, b=40),
                                      xaxis=dict(visible=False), yaxis=dict(visible=False)))
     return fig
+
+
+def icicle_widths(parents: list[int], prefix_logq: list[float]) -> list[float]:
+    """Each node's width: its prefix probability, except where a parent's children hold more than the parent
+    (a hybrid's retrieved child beside the drafter's: two proposers' estimates need not sum to one), whose
+    children then share the parent's width in proportion. DDTree's trees are drawn exactly."""
+    p = [math.exp(v) for v in prefix_logq]
+    held = [0.0] * len(p)
+    for i in range(1, len(p)):
+        held[parents[i]] += p[i]
+    width = p[:1] + [0.0] * (len(p) - 1)
+    for i in range(1, len(p)):             # parents come before their children
+        width[i] = width[parents[i]] * p[i] / max(p[parents[i]], held[parents[i]])
+    return width
 
 
 def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:

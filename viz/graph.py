@@ -7,6 +7,7 @@ GraphML and node-link JSON are the two download formats (both read back by `netw
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -58,7 +59,10 @@ def facts_line(graph: nx.DiGraph) -> str:
 
 
 def graphml(graph: nx.DiGraph) -> str:
-    return "\n".join(nx.generate_graphml(graph))
+    """A GraphML document, XML declaration included (what other tools expect of a .graphml file)."""
+    buffer = io.BytesIO()
+    nx.write_graphml(graph, buffer)
+    return buffer.getvalue().decode("utf-8")
 
 
 def node_link_json(graph: nx.DiGraph) -> str:
