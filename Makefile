@@ -26,7 +26,7 @@ run: setup
 	$(PY) app.py
 
 demo: setup
-	$(PY) -m core.generate --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" --method ddtree-auto --budget 64
+	$(PY) -m core.generate --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" --method hybrid-auto --budget 64
 
 test: setup
 	$(PY) -m pytest -q -rs --durations=15

@@ -27,7 +27,7 @@ METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtr
            "PRESTO-beam": "presto-beam", "Hybrid (drafter + retrieval)": "hybrid", "DDTree, auto budget": "ddtree-auto",
            "PRESTO, auto budget": "presto-auto", "Hybrid, auto budget": "hybrid-auto"}
 COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO", "Hybrid, auto budget")
-DEFAULT_METHOD, DEFAULT_BUDGET = "DDTree, auto budget", 64  # fastest (BENCHMARKS.md, "The app on this CPU")
+DEFAULT_METHOD, DEFAULT_BUDGET = "Hybrid, auto budget", 64  # fastest (BENCHMARKS.md, "The app on this CPU")
 UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine never waits for the UI)
 FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set while a run streams
 MAX_PROMPT_CHARS = 20_000

@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     default_offline()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["app-overhead", "app-speed"])
-    ap.add_argument("--methods", default="DDTree, auto budget",
+    ap.add_argument("--methods", default=handlers.DEFAULT_METHOD,
                     help="app-speed: the app's method labels, separated by '|' (default: the app's default)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)

@@ -326,7 +326,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["ar-vs-generate", "verify-latency", "forward-ab", "tree-cost", "first-token",
                                      "logit-drift", "memory", "train-step", "tree-layout"])
-    ap.add_argument("--methods", default="DDTree, auto budget",
+    ap.add_argument("--methods", default="default",
                     help="first-token: the app's method labels, separated by '|' ('default' keeps the app's)")
     ap.add_argument("--dtype", default="auto",
                     help=f"auto, bf16, fp32 or fp16 (verify-latency: a comma-separated list); {DTYPE_HELP}")
