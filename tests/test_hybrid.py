@@ -116,7 +116,7 @@ def test_views_mark_retrieved_nodes_and_count_proposers():
     pair = tiny_pair("qwen3", 3)
     prompt = [0] + [int(t) for t in np.random.default_rng(3).integers(2, 12, size=24)]
     records = run(pair, prompt, DecodeConfig(method="hybrid", budget=32, max_new_tokens=96))
-    record = max(records[1:], key=lambda r: accepted_by(r.tree, r.accepted)[1] + accepted_by(r.tree, r.accepted)[2])
+    record = max(records[1:], key=lambda r: sum(accepted_by(r.tree, r.accepted)[1:]))   # most retrieved accepted
     found = [i for i, o in enumerate(record.tree.origin) if o & RETRIEVED]
     fig = tree_figure(record, {})
     rings = [t for t in fig.data if t.name and t.name.startswith("found by retrieval")]

@@ -158,10 +158,10 @@ def tree_layout(nodes: int, repeats: int) -> None:
             t0 = time.perf_counter()
             y = layout()
             times.append(1000 * (time.perf_counter() - t0))
-        edges = [(y[p], y[i]) for i, p in enumerate(tree.parents) if p >= 0]
-        by_depth: dict[int, list] = {}
-        for (i, p), edge in zip(((i, p) for i, p in enumerate(tree.parents) if p >= 0), edges):
-            by_depth.setdefault(tree.depths[i], []).append(edge)
+        by_depth: dict[int, list] = {}          # depth -> (parent y, child y) of the edges ending there
+        for i, p in enumerate(tree.parents[1:], 1):
+            by_depth.setdefault(tree.depths[i], []).append((y[p], y[i]))
+        edges = [edge for es in by_depth.values() for edge in es]
         crossings = sum(a[0] < b[0] and a[1] > b[1] for es in by_depth.values() for a in es for b in es)
         span = (max(y) - min(y)) or 1.0
         drop = statistics.mean(abs(c - p) / span for p, c in edges)
