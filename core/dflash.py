@@ -59,11 +59,13 @@ class DraftKV:
 
 def _rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     # q: [B, nh, S, hd] uses the last S positions; k: [B, nkv, C+S, hd] uses all; cos/sin: [B, C+S, hd]
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     s = q.shape[-2]
-    q = q * cos[..., -s:, :] + rotate_half(q) * sin[..., -s:, :]
-    k = k * cos + rotate_half(k) * sin
-    return q, k
+    return _rotate(q, cos[..., -s:, :], sin[..., -s:, :]), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [B, heads, S, hd]; cos/sin: [B, S, hd]
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 
 class DFlashAttention(nn.Module):
@@ -95,6 +97,24 @@ class DFlashAttention(nn.Module):
                                              enable_gqa=self.n_heads != self.n_kv)  # non-causal
         return linear(self.o_proj, out.transpose(1, 2).reshape(b, s, -1))
 
+    def forward_blocks(self, h, ctx, rope_ctx, rope_blocks, visible):
+        """Training: N blocks of one sequence, each attending to the context it may see and to itself only.
+        h: [N, B, H] normed block states; ctx: [1, T, H] fused features; rope_*: (cos, sin) [1, T, hd] / [N, B, hd];
+        visible: [N, 1, 1, T+B] bool (context before the block's anchor, then the block)."""
+        n, b, _ = h.shape
+        t = ctx.shape[1]
+        q = self.q_norm(self.q_proj(h).view(n, b, self.n_heads, self.head_dim)).transpose(1, 2)    # [N, nh, B, hd]
+        k_blk = self.k_norm(self.k_proj(h).view(n, b, self.n_kv, self.head_dim)).transpose(1, 2)   # [N, nkv, B, hd]
+        v_blk = self.v_proj(h).view(n, b, self.n_kv, self.head_dim).transpose(1, 2)
+        k_ctx = self.k_norm(self.k_proj(ctx).view(1, t, self.n_kv, self.head_dim)).transpose(1, 2)  # [1, nkv, T, hd]
+        v_ctx = self.v_proj(ctx).view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k_blk, k_ctx = _rotate(q, *rope_blocks), _rotate(k_blk, *rope_blocks), _rotate(k_ctx, *rope_ctx)
+        k = torch.cat([k_ctx.expand(n, -1, -1, -1), k_blk], dim=2)                                   # [N, nkv, T+B, hd]
+        v = torch.cat([v_ctx.expand(n, -1, -1, -1), v_blk], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=self.head_dim ** -0.5,
+                                             enable_gqa=self.n_heads != self.n_kv)
+        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))
+
 
 class DFlashLayer(nn.Module):
     def __init__(self, config: Qwen3Config, layer_idx: int):
@@ -106,6 +126,13 @@ class DFlashLayer(nn.Module):
 
     def forward(self, h, ctx, cos, sin, cache, mask):
         h = h + self.self_attn(self.input_layernorm(h), ctx, cos, sin, cache, mask)
+        return self._mlp(h)
+
+    def forward_blocks(self, h, ctx, rope_ctx, rope_blocks, visible):
+        h = h + self.self_attn.forward_blocks(self.input_layernorm(h), ctx, rope_ctx, rope_blocks, visible)
+        return self._mlp(h)
+
+    def _mlp(self, h):
         x, mlp = self.post_attention_layernorm(h), self.mlp                  # Qwen3MLP's forward, packed weights
         return h + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x)) * linear(mlp.up_proj, x))
 
@@ -146,6 +173,24 @@ class DFlashDrafter(nn.Module):
         cos, sin = self.rotary_emb(h, position_ids)
         for layer in self.layers:
             h = layer(h, ctx, cos, sin, cache, attention_mask)
+        return self.norm(h)
+
+    def forward_blocks(self, ctx_features: torch.Tensor, noise_embedding: torch.Tensor,
+                       anchors: torch.Tensor) -> torch.Tensor:
+        """Training's forward: [N, B, H] final-normed states of N blocks of one sequence at once, block i at positions
+        anchors[i] .. anchors[i]+B-1 seeing the context strictly before anchors[i] and itself, exactly as `forward`
+        drafts from that anchor (a test). ctx_features: [T, n_taps*H]; noise_embedding: [N, B, H]; anchors: [N].
+        Each block attends to T + B keys, where one packed mask over all blocks would span T + N*B."""
+        t, (n, b, _) = ctx_features.shape[0], noise_embedding.shape
+        ctx = self.hidden_norm(self.fc(ctx_features))[None]                                      # [1, T, H]
+        rope_ctx = self.rotary_emb(ctx, torch.arange(t, device=ctx.device)[None])                # [1, T, hd] x2
+        positions = anchors[:, None] + torch.arange(b, device=ctx.device)[None]                  # [N, B]
+        rope_blocks = self.rotary_emb(noise_embedding, positions)                                # [N, B, hd] x2
+        seen = torch.arange(t, device=ctx.device)[None] < anchors[:, None]                       # [N, T]
+        visible = torch.cat([seen, seen.new_ones(n, b)], 1)[:, None, None]                       # [N, 1, 1, T+B]
+        h = noise_embedding
+        for layer in self.layers:
+            h = layer.forward_blocks(h, ctx, rope_ctx, rope_blocks, visible)
         return self.norm(h)
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:

@@ -43,11 +43,12 @@ def test_blocks_see_context_before_their_anchor_and_their_own_block_only():
     assert torch.allclose(b.weights, torch.exp(-torch.arange(3.0) / 4.0))
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch):
-    """Training and inference see the same thing: block i's logits in the trainer's packed forward equal the loop's
-    draft from anchor a_i (context features before a_i, fed chunk by chunk into the drafter's cache as the loop
-    does, bonus token x_a at position a). The context mask, positions and embeddings all enter this."""
+@pytest.mark.parametrize("arch, packed", [("llama", False), ("qwen3", False), ("qwen3", True)])
+def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch, packed):
+    """Training and inference see the same thing: block i's logits in the trainer's forward (per-block attention,
+    or all blocks packed under one mask) equal the loop's draft from anchor a_i (context features before a_i, fed
+    chunk by chunk into the drafter's cache as the loop does, bonus token x_a at position a). The context mask,
+    positions and embeddings all enter this."""
     from core.dflash import DraftKV, extract_features
     from core.drafter import draft_block
     from core.training.train import block_logits
@@ -57,7 +58,7 @@ def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch
     drafter, target = pair.drafter, pair.target
     ids = np.random.default_rng(1).integers(2, 90, 40)
     batch = make_blocks(Sequence("x", ids, prompt_len=6), 8, 95, 6, 4.0, np.random.default_rng(0), 1)
-    logits, _ = block_logits(drafter, target, batch, autocast=False)                     # [N, 7, V]
+    logits, _ = block_logits(drafter, target, batch, autocast=False, packed=packed)      # [N, 7, V]
     with torch.no_grad():
         states = target(torch.as_tensor(ids)[None], output_hidden_states=True).hidden_states
     features = extract_features(states, drafter.target_layer_ids)[0]                   # [T, n_taps*H]
@@ -68,6 +69,53 @@ def test_each_training_block_predicts_what_the_loop_drafts_from_that_anchor(arch
         logq = torch.empty(7, 96)
         logq.scatter_(1, torch.as_tensor(draft.tokens), torch.as_tensor(draft.logq))
         assert torch.allclose(logq, torch.log_softmax(logits[i].float(), -1), atol=1e-4), (i, a)
+
+
+def test_cached_features_and_greedy_choices_are_the_targets_own_and_are_read_back(tmp_path):
+    """The feature cache stores one target forward per sequence: what it returns (first computed, then read from
+    disk) is the target's tapped features (fp16-close) and its argmax at every position; another sequence, target
+    precision or tap set is another entry."""
+    from core.dflash import extract_features
+    from core.training.features import FeatureCache
+
+    target = tiny_target(vocab=64)
+    seq = Sequence("c", np.random.default_rng(0).integers(2, 60, 30), prompt_len=5)
+    with torch.no_grad():
+        out = target(torch.as_tensor(seq.ids)[None], output_hidden_states=True)
+    want = extract_features(out.hidden_states, [0, 1])[0]
+    cache = FeatureCache(tmp_path, target, [0, 1], autocast=False)
+    for _ in range(2):
+        features, greedy = cache.get(seq)
+        assert torch.allclose(features, want, rtol=1e-3, atol=1e-3)
+        assert torch.equal(greedy, out.logits[0].argmax(-1))
+    assert (cache.misses, cache.hits) == (1, 1)
+    cache.get(Sequence("c", seq.ids[:-1], prompt_len=5))
+    FeatureCache(tmp_path, target, [1], autocast=False).get(seq)
+    assert cache.misses == 2 and len(list(tmp_path.glob("*.feat.npy"))) == 3
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_greedy_labels_and_loss_depth_pick_the_targets_choices_on_the_first_positions():
+    """`greedy` replaces each label x_{a+k} by the target's choice after x_{<a+k} (greedy[a+k-1]); `depth` keeps
+    only the first drafted positions, whose loss is the full loss's terms there, reweighted."""
+    import torch.nn.functional as F
+
+    from core.training.train import block_logits
+
+    target = tiny_target(vocab=64)
+    drafter = tiny_drafter(target)
+    seq = Sequence("d", np.random.default_rng(2).integers(2, 60, 40), prompt_len=6)
+    batch = make_blocks(seq, 4, 63, 16, 4.0, np.random.default_rng(0), tokens_per_anchor=2)
+    greedy = torch.as_tensor(np.random.default_rng(3).integers(2, 60, 40))
+    logits, _ = block_logits(drafter, target, batch, autocast=False)                      # [N, 3, V]
+    labels = torch.where(batch.labels >= 0, greedy[(batch.anchors[:, None] + torch.arange(3)).clamp(max=39)], -100)
+    assert (labels != batch.labels).any()
+    for depth in (3, 2, 1):
+        loss, correct, count = weighted_loss(drafter, target, batch, autocast=False, greedy=greedy, depth=depth)
+        ce = F.cross_entropy(logits[:, :depth].reshape(-1, 64), labels[:, :depth].reshape(-1), reduction="none")
+        w = (batch.weights[:depth][None] * (labels[:, :depth] >= 0)).reshape(-1)
+        assert torch.allclose(loss, (ce * w).sum() / w.sum(), atol=1e-6)
+        assert count.tolist() == (labels[:, :depth] >= 0).sum(0).tolist()
 
 
 def test_anchor_density_follows_tokens_per_anchor_up_to_the_cap():

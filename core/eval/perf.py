@@ -7,7 +7,7 @@
     python -m core.eval.perf first-token      # seconds from Run to the first token in a browser, fresh cache
     python -m core.eval.perf logit-drift      # how far forward width moves the target's logits
     python -m core.eval.perf memory           # RSS over a long run and over repeated runs, against the records' size
-    python -m core.eval.perf train-step       # a training sequence's loss + backward, full readout vs --draft-readout
+    python -m core.eval.perf train-step       # a training sequence's loss + backward: stage 12's recipe, each change
 
 The app's own speed (app-overhead, app-speed) is measured by `python -m studio.perf`, which may import the app.
 Medians over repeats; the machine is shared and noisy, so read the ratios.
@@ -44,6 +44,7 @@ from core.models import (EMBEDDED_TARGET, ModelPair, default_offline, embedded_t
 from core.builders import build_ddtree
 from core.records import StepRecord, summarize
 from core.training.data import load_sequences, make_blocks
+from core.training.features import FeatureCache
 from core.training.train import weighted_loss
 from core.verify import tree_inputs
 from viz.graph import step_graph
@@ -296,29 +297,46 @@ def memory(budget: int, new_tokens: int, repeats: int, dtype: str) -> None:
           + ", ".join(f"{x:.0f}" for x in after))
 
 
-def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_anchor: int) -> None:
-    """Seconds of loss + backward per training sequence of the shipped drafter on the shipped replies, the softmax
-    over all V against `--draft-readout`'s rows, alternating on the same sequences and blocks."""
+def train_step(dtype: str, prompts: int, repeats: int, anchors: int, tokens_per_anchor: int, depth: int) -> None:
+    """Seconds of loss + backward per training sequence of the shipped drafter on the shipped replies: stage 12's
+    recipe (the target's forward every step, a packed mask over all blocks, the softmax over all V, every depth)
+    and each change of the cheap step added one after another, alternating on the same sequences and blocks."""
     target, tok = load_target("embedded:smollm2-135m-instruct", dtype=dtype)
     drafter = load_drafter("assets/drafters/smollm2-135m-dflash-b16", target, dtype="fp32").requires_grad_(True)
     seqs = load_sequences("assets/training_data", tokenizer=tok)
     rng = np.random.default_rng(0)
     picked = [seqs[i] for i in rng.choice(len(seqs), prompts, replace=False)]
-    times = {"full": [], "draft": []}
-    for rep in range(repeats + 1):
+    autocast = dtype == "bf16"
+    variants = ["stage 12's recipe", "+ draft-vocabulary readout", "+ per-block attention",
+                "+ cached target features and greedy labels", f"+ loss on depths 1-{depth} only"]
+    times = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as folder:
+        cache = FeatureCache(folder, target, drafter.target_layer_ids, autocast)
         for seq in picked:
-            batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, anchors, 5.0, rng, tokens_per_anchor)
-            for name, readout in (("full", None), ("draft", readout_ids(drafter, seq.ids[: seq.prompt_len]))):
-                t0 = time.perf_counter()
-                weighted_loss(drafter, target, batch, dtype == "bf16", readout=readout)[0].backward()
-                if rep:   # the first round warms up
-                    times[name].append(time.perf_counter() - t0)
-                drafter.zero_grad(set_to_none=True)
-    ratios = [d / f for f, d in zip(times["full"], times["draft"])]
-    print(f"{prompts} sequences (median {int(np.median([len(s.ids) for s in picked]))} tokens), {repeats} repeats\n"
-          f"| full readout | {statistics.median(times['full']):.2f} s/sequence |\n"
-          f"| --draft-readout | {statistics.median(times['draft']):.2f} s/sequence |\n"
-          f"| ratio (median of pairs) | {statistics.median(ratios):.3f} |")
+            cache.get(seq)                                   # filled once, as a first epoch does
+        for rep in range(repeats + 1):
+            for seq in picked:
+                batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, anchors, 5.0, rng,
+                                    tokens_per_anchor)
+                readout = readout_ids(drafter, seq.ids[: seq.prompt_len])
+                for i, name in enumerate(variants):
+                    t0 = time.perf_counter()
+                    features, greedy = cache.get(seq) if i >= 3 else (None, None)
+                    weighted_loss(drafter, target, batch, autocast, readout=readout if i >= 1 else None,
+                                  features=features, greedy=greedy, depth=depth if i >= 4 else None,
+                                  packed=i < 2)[0].backward()
+                    if rep:   # the first round warms up
+                        times[name].append(time.perf_counter() - t0)
+                    drafter.zero_grad(set_to_none=True)
+    base = times[variants[0]]
+    print(f"{prompts} sequences (median {int(np.median([len(s.ids) for s in picked]))} tokens, up to {anchors} "
+          f"anchors, one per {tokens_per_anchor} reply tokens), {repeats} repeats, {torch.get_num_threads()} threads\n"
+          "| training step | s/sequence (median) | speed-up over stage 12 (median of pairs) | sequence passes per "
+          "CPU-hour |\n|---|---|---|---|")
+    for name in variants:
+        speedup = statistics.median(b / t for b, t in zip(base, times[name]))
+        print(f"| {name} | {statistics.median(times[name]):.2f} | {speedup:.2f}x | "
+              f"{3600 / statistics.median(times[name]) / torch.get_num_threads():.0f} |")
 
 
 def main(argv=None) -> None:
@@ -341,6 +359,7 @@ def main(argv=None) -> None:
     ap.add_argument("--drafter", default=None, help="tree-cost: drafter folder or 'random' (default: the shipped one)")
     ap.add_argument("--anchors", type=int, default=96, help="train-step: max anchors a sequence")
     ap.add_argument("--tokens-per-anchor", type=int, default=4, help="train-step: one anchor per this many tokens")
+    ap.add_argument("--loss-depth", type=int, default=8, help="train-step: the depth cap of the last variant")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
     if args.threads:
@@ -360,7 +379,7 @@ def main(argv=None) -> None:
     elif args.what == "memory":
         memory(int(args.budgets.split(",")[0]), args.new_tokens, args.repeats, dtypes[0])
     elif args.what == "train-step":
-        train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor)
+        train_step(dtypes[0], args.prompts, args.repeats, args.anchors, args.tokens_per_anchor, args.loss_depth)
     elif args.what == "tree-layout":
         tree_layout(int(args.budgets.split(",")[-1]), args.repeats)
     elif args.what == "first-token":

@@ -4,8 +4,11 @@ Usage: python -m core.training.train --data runs/data --out runs/train [--steps 
 
 Frozen target, embedding and LM head; random anchors over reply tokens, redrawn every epoch; blocks
 [x_a, MASK...] that see the context strictly before their anchor and their own block bidirectionally, never other
-blocks; cross-entropy weighted exp(-(k-1)/gamma); AdamW with warm-up, cosine decay and gradient clipping; bf16
-autocast where the hardware computes bf16 natively (`--bf16` / `--no-bf16` choose). Checkpoints (safetensors +
+blocks; cross-entropy weighted exp(-(k-1)/gamma) on the target's own greedy choice after the true prefix;
+AdamW with warm-up, cosine decay and gradient clipping; bf16 autocast where the hardware computes bf16 natively
+(`--bf16` / `--no-bf16` choose). A step is cheap: the frozen target's features are computed once per sequence and
+kept on disk (`core.training.features`), each block attends to its own keys only, and q is normalised over the
+draft vocabulary (`python -m core.eval.perf train-step` measures each change against stage 12's recipe). Checkpoints (safetensors +
 JSON, atomic) every few minutes; rerunning resumes. Every `--eval-every` minutes tau is measured on held-out prompts
 (replayed on fixed greedy replies, `core.eval.judge`, or with the real decode loop), and the best drafter so far is
 exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
@@ -37,55 +40,73 @@ from core.hardware import auto_dtype, cpu_summary
 from core.models import ModelPair, encode_chat, load_drafter, load_target, resolve_device
 from core.records import summarize
 from core.training.data import draft_vocab, load_sequences, make_blocks
+from core.training.features import FeatureCache, target_pass
 from core.training.prompts import is_held_out, prompt_key, training_prompts
 
 
 def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool = False,
-                 readout: torch.Tensor | None = None):
-    """The drafter's logits at every drafted block position [N, B-1, V or Vr], exactly what `draft_block` gives
-    for that anchor at inference (a test checks it), and the target's output (its logits at every position with
-    `all_target_logits`, as distillation needs; else the last one's)."""
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = target(input_ids=batch.ids[None], output_hidden_states=True,
-                     logits_to_keep=0 if all_target_logits else 1)
-        features = extract_features(out.hidden_states, drafter.target_layer_ids).float()   # [1, T, n*H]
-    noise = F.embedding(batch.block_ids[None], target.get_input_embeddings().weight).float()  # [1, N*B, H]
+                 readout: torch.Tensor | None = None, features: torch.Tensor | None = None,
+                 depth: int | None = None, packed: bool = False):
+    """The drafter's logits at the first `depth` drafted positions of every block [N, depth, V or Vr] (all B-1 by
+    default), exactly what `draft_block` gives for that anchor at inference (a test checks it), and the target's
+    output (its logits at every position with `all_target_logits`, as distillation needs; else the last one's),
+    or None when `features` ([T, n_taps*H], `core.training.features`) spare the target's forward.
+    `packed`: all blocks in one sequence of T + N*B keys under a block mask, where `forward_blocks` (the default)
+    gives each block its T + B keys."""
+    out = None
+    if features is None:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = target(input_ids=batch.ids[None], output_hidden_states=True,
+                         logits_to_keep=0 if all_target_logits else 1)
+            features = extract_features(out.hidden_states, drafter.target_layer_ids)[0].float()  # [T, n*H]
+    noise = F.embedding(batch.block_ids, target.get_input_embeddings().weight).float()      # [N*B, H]
     noise = noise * drafter.input_embedding_scale
     head = target.get_output_embeddings()
     n, b1 = batch.labels.shape
+    depth = min(depth or b1, b1)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        hidden = drafter(features, noise, batch.positions[None], attention_mask=batch.mask)     # [1, N*B, H]
-        hidden = hidden.view(n, b1 + 1, -1)[:, 1:]                                              # [N, B-1, H]
+        if packed:
+            hidden = drafter(features[None], noise[None], batch.positions[None], attention_mask=batch.mask)
+        else:
+            hidden = drafter.forward_blocks(features, noise.view(n, b1 + 1, -1), batch.anchors)
+        hidden = hidden.view(n, b1 + 1, -1)[:, 1: 1 + depth]                                    # [N, depth, H]
         if readout is None:
-            return drafter.logits(hidden, head), out                                            # [N, B-1, V]
-        return drafter.logits_from_rows(hidden, head.weight[readout]), out                      # [N, B-1, Vr]
+            return drafter.logits(hidden, head), out                                            # [N, depth, V]
+        return drafter.logits_from_rows(hidden, head.weight[readout]), out                      # [N, depth, Vr]
 
 
-def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, readout: torch.Tensor | None = None):
-    """Weighted loss over one sequence's blocks; returns (loss, per-position correct [B-1], per-position count).
+def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, readout: torch.Tensor | None = None,
+                  features: torch.Tensor | None = None, greedy: torch.Tensor | None = None,
+                  depth: int | None = None, packed: bool = False):
+    """Weighted loss over one sequence's blocks; returns (loss, per-position correct [depth], per-position count).
 
-    Per position: cross-entropy on the reply token x_{a+k}, or with `distill` > 0 the mix
-    (1 - distill) * CE + distill * KL(p || q), where p is the target's own next-token distribution at a+k given
-    the true prefix (its soft label; free, the target's forward runs anyway). `readout`: [Vr] token ids q is
-    normalised over, as when drafting (`core.drafter.readout_ids`); labels outside it carry no loss, p is
-    renormalised over it. None: all V."""
-    logits, out = block_logits(drafter, target, batch, autocast, bool(distill), readout)       # [N, B-1, V]
+    Per position: cross-entropy on the reply token x_{a+k}, or with `greedy` ([T], the target's argmax at every
+    position) on the target's own greedy choice after x_{<a+k} (the label verification accepts at T = 0); with
+    `distill` > 0 the mix (1 - distill) * CE + distill * KL(p || q), where p is the target's own next-token
+    distribution at a+k given the true prefix (its soft label; free, the target's forward runs anyway). `readout`:
+    [Vr] token ids q is normalised over, as when drafting (`core.drafter.readout_ids`); labels outside it carry no
+    loss, p is renormalised over it. None: all V. `depth`: only the first drafted positions carry a loss (and
+    reach the LM head); `features`, `packed`: as `block_logits`."""
+    logits, out = block_logits(drafter, target, batch, autocast, bool(distill), readout, features, depth, packed)
     head = target.get_output_embeddings()
-    labels = batch.labels                                                                       # [N, B-1] token ids
-    n, b1 = labels.shape
+    n, depth = logits.shape[:2]
+    labels = batch.labels[:, :depth]                                                            # [N, depth] ids
+    if greedy is not None:       # the target's choice at a+k given x_{<a+k}: its argmax at position a+k-1
+        src = batch.anchors[:, None] + torch.arange(depth)[None]                                # [N, depth]
+        labels = torch.where(labels >= 0, greedy[src.clamp(max=len(greedy) - 1)], labels)
     if readout is not None:      # token ids -> readout columns; a label outside the readout carries no loss
         column = torch.full((head.weight.shape[0],), -100, dtype=torch.long)
         column[readout] = torch.arange(len(readout))
         labels = torch.where(labels >= 0, column[labels.clamp(min=0)], labels)
     valid = labels >= 0
-    log_q = F.log_softmax(logits.float(), -1)                                                   # [N, B-1, V]
-    per_pos = -log_q.gather(-1, labels.clamp(min=0)[..., None])[..., 0]                         # [N, B-1] CE
+    log_q = F.log_softmax(logits.float(), -1)                                                   # [N, depth, V]
+    per_pos = -log_q.gather(-1, labels.clamp(min=0)[..., None])[..., 0]                         # [N, depth] CE
     if distill:
         p_logits = out.logits[0] if readout is None else out.logits[0][:, readout]              # [T, V or Vr]
-        log_p = soft_labels(p_logits, batch.anchors, b1)                                       # [N, B-1, V]
-        kl = (log_p.exp() * (log_p - log_q)).sum(-1)                                           # [N, B-1]
+        log_p = soft_labels(p_logits, batch.anchors, depth)                                    # [N, depth, V]
+        kl = (log_p.exp() * (log_p - log_q)).sum(-1)                                           # [N, depth]
         per_pos = (1 - distill) * per_pos + distill * kl
-    w = batch.weights[None].expand(n, b1) * valid
+    w = batch.weights[None, :depth].expand(n, depth) * valid
     loss = (per_pos * w).sum() / w.sum().clamp(min=1e-6)
     correct = ((logits.argmax(-1) == labels) & valid).sum(0)
     return loss, correct, valid.sum(0)
@@ -216,8 +237,11 @@ def train(args) -> None:
     bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True,
                 mininterval=5.0)          # seconds: a readable nohup log
     last_ckpt = last_eval = time.time()
-    acc_c = torch.zeros(drafter.block_size - 1)
-    acc_n = torch.zeros(drafter.block_size - 1)
+    depth = min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1)
+    acc_c, acc_n = torch.zeros(depth), torch.zeros(depth)
+    cache = None if args.feature_cache == "off" else FeatureCache(
+        out / "features" if args.feature_cache == "auto" else args.feature_cache, target, drafter.target_layer_ids,
+        args.bf16)
     while state["step"] < args.steps:
         seqs = [s for s in load_sequences(args.data, tokenizer=tok)
                 if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed]
@@ -230,7 +254,8 @@ def train(args) -> None:
             for g in opt.param_groups:
                 g["lr"] = lr_at(state["step"], args.steps, args.lr, args.warmup) * g["lr_scale"]
             opt.zero_grad(set_to_none=True)
-            total, acc_c, acc_n = _accumulate(drafter, target, seqs[i: i + args.accum], args, rng, acc_c, acc_n)
+            total, acc_c, acc_n = _accumulate(drafter, target, seqs[i: i + args.accum], args, rng, acc_c, acc_n,
+                                              cache)
             torch.nn.utils.clip_grad_norm_(params, args.clip)
             opt.step()
             state["step"] += 1
@@ -291,14 +316,20 @@ def _draft_vocab(args, target, tok, allowed: set) -> list[int] | None:
     return draft_vocab(seqs, args.draft_vocab, vocab, stops) if args.draft_vocab else None
 
 
-def _accumulate(drafter, target, batch_seqs, args, rng, acc_c, acc_n):
+def _accumulate(drafter, target, batch_seqs, args, rng, acc_c, acc_n, cache: FeatureCache | None = None):
     """Gradients of one optimizer step's sequences (mean loss), and the running per-position accuracy."""
     total = 0.0
     for seq in batch_seqs:
         batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
                             args.tokens_per_anchor)
         readout = readout_ids(drafter, seq.ids[: seq.prompt_len]) if args.draft_readout else None
-        loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill, readout)
+        features, greedy = (cache.get(seq) if cache is not None else
+                            target_pass(target, batch.ids, drafter.target_layer_ids, args.bf16))
+        if args.distill:         # the soft labels need the target's logits at every position: its forward again
+            features = None
+        loss, correct, count = weighted_loss(drafter, target, batch, args.bf16, args.distill, readout, features,
+                                             greedy if args.labels == "greedy" else None, args.loss_depth,
+                                             args.attention == "packed")
         (loss / args.accum).backward()
         total += loss.item() / args.accum
         acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
@@ -339,10 +370,24 @@ def main(argv=None) -> None:
     ap.add_argument("--draft-vocab", type=int, default=16384,
                     help="the exported drafter drafts from the N most frequent training tokens plus each prompt's "
                          "(draft_vocab.json; 0 = the whole vocabulary); chosen at the first start, kept on resume")
-    ap.add_argument("--draft-readout", action=argparse.BooleanOptionalAction, default=False,
+    ap.add_argument("--draft-readout", action=argparse.BooleanOptionalAction, default=True,
                     help="normalise q over the rows it drafts from (the draft vocabulary plus the sequence's prompt "
                          "tokens), as at inference; labels outside them carry no loss. About a third of the LM "
                          "head's cost with the default 16,384-token draft vocabulary")
+    ap.add_argument("--loss-depth", type=int, default=0,
+                    help="only the first N drafted positions of a block carry a loss and reach the LM head (0: all "
+                         "B-1); the block keeps its B positions")
+    ap.add_argument("--attention", choices=("blocks", "packed"), default="blocks",
+                    help="blocks: each block attends to the context before its anchor and itself (T + B keys); "
+                         "packed: one mask over all blocks of a sequence (T + N*B keys, the older, slower path)")
+    ap.add_argument("--feature-cache", default="auto",
+                    help="folder keeping the frozen target's features and greedy choices per sequence, computed on "
+                         "a sequence's first visit and read back in later epochs ('auto': OUT/features, about 6 KB "
+                         "a token; 'off': run the target every step)")
+    ap.add_argument("--labels", choices=("greedy", "reply"), default="greedy",
+                    help="greedy: each drafted position learns the target's own argmax after the true prefix (what "
+                         "verification accepts at T = 0; sampled replies then still teach clean labels); reply: the "
+                         "reply's next token")
     ap.add_argument("--distill", type=float, default=0.0,
                     help="share of KL to the target's soft labels in the loss (0: the paper's cross-entropy)")
     ap.add_argument("--anchors", type=int, default=48, help="max anchors (blocks) per sequence")
@@ -371,6 +416,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if not 0.0 <= args.distill <= 1.0:
         ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
+    if args.loss_depth < 0:
+        ap.error(f"--loss-depth counts drafted positions, 0 for all (got {args.loss_depth})")
     if args.anchors < 1:
         ap.error(f"--anchors must be at least 1 (got {args.anchors})")
     if args.tokens_per_anchor < 1:
