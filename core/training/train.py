@@ -234,11 +234,9 @@ def train(args) -> None:
         state["best_tau"] = tau["ddtree"]
         state["history"].append({"step": 0, "tau": tau, "init": str(args.init), "time": round(time.time())})
         print(f"start ({args.init}): tau {tau}")
-    bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True,
-                mininterval=5.0)          # seconds: a readable nohup log
+    bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True, mininterval=5.0)
     last_ckpt = last_eval = time.time()
-    depth = min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1)
-    acc_c, acc_n = torch.zeros(depth), torch.zeros(depth)
+    acc_c = acc_n = torch.zeros(min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1))
     cache = None if args.feature_cache == "off" else FeatureCache(
         out / "features" if args.feature_cache == "auto" else args.feature_cache, target, drafter.target_layer_ids,
         args.bf16)
@@ -343,7 +341,7 @@ def export(drafter, folder, step: int, tau: dict | None, args) -> None:
         {"step": step, "tau_heldout": tau, "args": vars(args)}, indent=2))
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="runs/data", help="folder of shards from core.training.generate_data")
     ap.add_argument("--out", default="runs/train", help="checkpoint folder (resumes if present)")
@@ -413,6 +411,11 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-tokens", type=int, default=128, help="new tokens per held-out prompt")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = parser()
     args = ap.parse_args(argv)
     if not 0.0 <= args.distill <= 1.0:
         ap.error(f"--distill is the KL share of the loss, between 0 and 1 (got {args.distill})")
