@@ -1,4 +1,5 @@
-"""Training prompts for the drafter: the shared prompt sets (training splits only) plus templated code prompts.
+"""Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
+requests made from the standard library's and numpy's documented functions, and templated science and math problems.
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
 no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
@@ -100,11 +101,135 @@ def code_prompts(seed: int = 0) -> list[Prompt]:
     return out
 
 
+# Modules and classes whose documented functions become coding requests: the standard library and numpy (pinned in
+# requirements.txt), so the same keys give the same prompts wherever the project installs.
+_API_MODULES = (
+    "string textwrap os.path shutil json re math statistics itertools functools collections heapq calendar difflib "
+    "html urllib.parse base64 hashlib fnmatch glob ipaddress copy pprint shlex secrets unicodedata email.utils "
+    "tokenize ast inspect typing posixpath quopri binascii locale platform sysconfig tempfile filecmp mimetypes "
+    "wsgiref.util http.cookiejar xml.sax.saxutils numpy").split()
+_API_CLASSES = ("builtins.str builtins.bytes builtins.list builtins.dict builtins.set builtins.int builtins.float "
+                "collections.Counter collections.deque datetime.date datetime.datetime datetime.timedelta "
+                "fractions.Fraction pathlib.PurePath random.Random decimal.Decimal difflib.SequenceMatcher "
+                "textwrap.TextWrapper").split()
+API_FORMS = (
+    "Write a Python function `{name}{sig}` that does what this summary says, without using `{owner}`: {summary}",
+    "Write a solution to the following problem and make sure that it passes the tests:\n```python\n"
+    "def {name}{sig}:\n    \"\"\"{doc}\n    \"\"\"\n```",
+    "Implement `{name}{sig}` in Python ({summary}) and show two example calls with their results.",
+)
+
+
+def _documented(owner, prefix: str):
+    """(qualified name, callable) for the public functions of a module or methods of a class with a docstring whose
+    first line says something and a signature Python can state."""
+    import inspect
+
+    for name, f in sorted(vars(owner).items()):
+        if name.startswith("_") or not (inspect.isroutine(f) or isinstance(f, (classmethod, staticmethod))):
+            continue
+        f = getattr(owner, name)
+        if inspect.ismodule(owner) and getattr(f, "__module__", None) not in (owner.__name__, None):
+            continue
+        doc = inspect.getdoc(f) or ""
+        if len(doc.split("\n")[0]) < 20:
+            continue
+        try:
+            sig = inspect.signature(f)
+        except (TypeError, ValueError):
+            continue
+        yield f"{prefix}.{name}", name, sig, doc
+
+
+def api_prompts() -> list[Prompt]:
+    """Coding requests made from the documented functions and methods of the standard library and numpy: write
+    the function its signature and docstring describe (one of three forms, one a benchmark-style problem)."""
+    import importlib
+    import inspect
+
+    owners = [(importlib.import_module(m), m) for m in _API_MODULES]
+    for path in _API_CLASSES:
+        module, cls = path.rsplit(".", 1)
+        owners.append((getattr(importlib.import_module(module), cls), path.removeprefix("builtins.")))
+    out = []
+    for owner, prefix in owners:
+        for key, name, sig, doc in _documented(owner, prefix):
+            this = "obj" if "value" in sig.parameters else "value"
+            params = [p.replace(name=this) if p.name == "self" else p for p in sig.parameters.values()
+                      if p.name != "cls"]
+            sig = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+            summary = doc.split("\n\n")[0].replace("\n", " ").strip()
+            body = "\n    ".join(doc.split("\n\n")[0].splitlines()[:12])
+            form = API_FORMS[zlib.crc32(key.encode()) % len(API_FORMS)]
+            out.append(Prompt(f"api:{key}", form.format(name=name, sig=sig, owner=prefix, summary=summary[:400],
+                                                        doc=body)))
+    return out
+
+
+_SCIENCE = (
+    "photosynthesis", "cellular respiration", "mitosis and meiosis", "natural selection", "DNA replication",
+    "the immune response to a virus", "enzymes and activation energy", "osmosis", "the nitrogen cycle",
+    "plate tectonics", "the rock cycle", "the water cycle", "the greenhouse effect", "ocean tides", "the seasons",
+    "the phases of the Moon", "black holes", "the life cycle of a star", "the Doppler effect", "Newton's laws of motion",
+    "conservation of energy", "conservation of momentum", "friction", "buoyancy", "pressure in fluids",
+    "electric current and voltage", "Ohm's law", "magnetic fields", "electromagnetic induction", "light refraction",
+    "the photoelectric effect", "radioactive decay and half-life", "nuclear fission and fusion", "entropy",
+    "the ideal gas law", "heat conduction, convection and radiation", "specific heat capacity", "sound waves",
+    "the periodic table", "ionic and covalent bonds", "acids, bases and pH", "oxidation and reduction",
+    "chemical equilibrium", "reaction rates and catalysts", "isotopes", "moles and Avogadro's number",
+    "polymers", "the structure of the atom", "electronegativity", "the speed of light",
+    "special relativity", "quantum tunnelling", "semiconductors", "superconductivity", "the Big Bang",
+    "gravitational waves", "vaccines", "antibiotic resistance", "the human heart", "neurons and synapses",
+    "hormones", "ecosystems and food webs", "biodiversity", "the carbon cycle", "climate and weather",
+    "earthquakes", "volcanoes", "erosion", "the ozone layer", "renewable energy sources", "batteries",
+    "transistors", "how a computer stores numbers", "the scientific method", "statistical significance",
+    "the central limit theorem", "exponential growth", "probability of independent events", "vectors",
+    "derivatives", "integrals", "prime numbers", "the Pythagorean theorem", "complex numbers", "logarithms",
+)
+_SCIENCE_FORMS = (
+    "Explain {topic} to a high-school student.",
+    "What is {topic}? Give a short definition and one everyday example.",
+    "Answer the following science question and explain your reasoning step by step: what role does {topic} play, "
+    "and how would you demonstrate it with a simple experiment?",
+    "Write three multiple-choice questions about {topic}, each with four options, and give the correct answers.",
+)
+
+
+def science_prompts() -> list[Prompt]:
+    """Templated science and mathematics explanations and questions (no evaluation set's text)."""
+    return [Prompt(f"science:{i}.{j}", form.format(topic=topic))
+            for i, topic in enumerate(_SCIENCE) for j, form in enumerate(_SCIENCE_FORMS)]
+
+
+_MATH_FORMS = (
+    "Solve for x: {a}x + {b} = {c}.", "Find the greatest common divisor of {a}{b} and {c}{a}.",
+    "How many positive divisors does {a}{c} have?", "What is the remainder when {a}^{b} is divided by {c}?",
+    "Compute the sum of the first {a}{b} positive odd integers.", "Find all real x such that x^2 - {a}x + {b} = 0.",
+    "How many ways can {a} books be arranged on a shelf if {b} particular books must stay together?",
+    "A fair die is rolled {a} times. What is the probability that a {b} appears exactly twice?",
+    "Find the area of a triangle with vertices (0, 0), ({a}, {b}) and ({c}, 1).",
+    "What is the smallest positive integer n such that {a}n leaves remainder {b} when divided by {c}{a}?",
+    "Evaluate the sum 1/(1*2) + 1/(2*3) + ... + 1/({a}{b}*{a}{b}1).",
+    "If f(x) = {a}x^2 + {b}x + {c}, find f(f(1)).",
+    "Find the number of integers between 1 and {a}{b}{c} that are divisible by {a} or {c}.",
+    "The arithmetic sequence {a}, {a}{b}, ... has common difference {a}{b}-{a}. What is its {c}0th term?",
+)
+
+
+def math_prompts(seed: int = 0) -> list[Prompt]:
+    """Competition-style arithmetic, algebra, counting and probability problems with random numbers, in the
+    benchmarks' math format (MATH_SUFFIX)."""
+    rng = random.Random(seed + 7)
+    return [Prompt(f"math:{i}.{j}", form.format(a=rng.randint(2, 9), b=rng.randint(1, 9), c=rng.randint(3, 9))
+                   + MATH_SUFFIX) for i, form in enumerate(_MATH_FORMS) for j in range(12)]
+
+
 def training_prompts(seed: int = 0, data_dir: Path | None = None) -> list[Prompt]:
     """All training prompts, shuffled deterministically so that any prefix of the list mixes every source.
     Prompts that also appear in an evaluation set are dropped (AlpacaEval contains some MT-Bench questions)."""
     banned = evaluation_texts()
-    prompts = [p for p in shared_prompts(data_dir) + code_prompts(seed) if _bare(p.text) not in banned]
+    prompts = shared_prompts(data_dir) + code_prompts(seed) + api_prompts() + science_prompts() + math_prompts(seed)
+    prompts = [p for p in prompts if _bare(p.text) not in banned]
     random.Random(seed).shuffle(prompts)
     return prompts
 
