@@ -39,6 +39,17 @@ def load_replies(folder: str | Path) -> dict[str, np.ndarray]:
     return {key: ids[n:] for pattern in ("replies-*.npz", "shard-*.npz") for key, ids, n in _rows(folder, pattern)}
 
 
+def source_mix(folder: str | Path) -> str:
+    """The replies of `folder` by prompt source: count, tokens and share of tokens, one line per source."""
+    counts: dict[str, list[int]] = {}
+    for key, reply in load_replies(folder).items():
+        c = counts.setdefault(key.split(":")[0], [0, 0])
+        c[0], c[1] = c[0] + 1, c[1] + len(reply)
+    total = sum(t for _, t in counts.values()) or 1
+    return "\n".join(f"{source:>30}: {n:6d} replies {t:9d} tokens ({100 * t / total:4.1f} %)"
+                     for source, (n, t) in sorted(counts.items(), key=lambda kv: -kv[1][1]))
+
+
 def export_replies(folder: str | Path, out: str | Path) -> int:
     """Write every reply of `folder` (shards and archives already there, no prompt tokens) into one compact
     archive; returns the reply count."""

@@ -28,7 +28,7 @@ import torch
 from core.eval.benchmark import add_dtype_option, announce_dtype, progress
 from core.models import encode_chat, load_target
 from core.training.batching import continuous_generate
-from core.training.data import export_replies
+from core.training.data import export_replies, source_mix
 from core.training.prompts import is_held_out, round_key, training_prompts
 
 
@@ -145,9 +145,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--export-replies", default=None,
                     help="instead of generating: write the replies of --out's shards (no prompts) to this .npz")
+    ap.add_argument("--mix", action="store_true", help="instead of generating: the replies of --out by source")
     args = ap.parse_args()
     if args.export_replies:
         print(f"{export_replies(args.out, args.export_replies)} replies -> {args.export_replies}")
+        return
+    if args.mix:
+        print(source_mix(args.out))
         return
     if args.round < 1:
         ap.error(f"--round counts from 1 (got {args.round})")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from core.eval.judge import prompt_tau, reference_reply, reference_states, repla
 from core.hardware import auto_dtype, cpu_summary
 from core.models import ModelPair, encode_chat, load_drafter, load_target, resolve_device
 from core.records import summarize
-from core.training.data import draft_vocab, load_sequences, make_blocks
+from core.training.data import draft_vocab, load_sequences, make_blocks, source_mix
 from core.training.features import FeatureCache, target_pass
 from core.training.prompts import is_held_out, prompt_key, training_prompts
 
@@ -193,6 +194,16 @@ def evaluate_tau(drafter, target, tokenizer, prompts: list[list[int]], max_new_t
     return result
 
 
+def held_out_mix(held: list, n: int) -> list:
+    """n held-out prompts taken in turn from each source (GSM8K, chat, code, science ...), so tau during training
+    speaks for every kind of prompt, not only the most numerous."""
+    by_source: dict[str, list] = {}
+    for p in held:
+        by_source.setdefault(p.key.split(":")[0], []).append(p)
+    mixed = [p for group in itertools.zip_longest(*by_source.values()) for p in group if p is not None]
+    return mixed[:n]
+
+
 def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[tuple]:
     """(prompt, the target's greedy reply, its hidden states over both) per held-out prompt: made once per run,
     so `evaluate_tau` replays every checkpoint on the same replies."""
@@ -223,10 +234,11 @@ def train(args) -> None:
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
         state["draft_vocab"] = _draft_vocab(args, target, tok, allowed)
     drafter.set_draft_vocab(state["draft_vocab"])
+    print(f"training replies by source:\n{source_mix(args.data)}")
     print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
           f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
           f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
-    held = [p for p in prompts if is_held_out(p.key)][: args.eval_prompts]
+    held = held_out_mix([p for p in prompts if is_held_out(p.key)], args.eval_prompts)
     eval_prompts = [encode_chat(tok, p.text) for p in held]
     references = fixed_references(target, tok, eval_prompts, args.eval_tokens) if args.eval == "judge" else None
     if fresh and args.init:     # the starting point's tau: an export must beat it
@@ -407,7 +419,7 @@ def parser() -> argparse.ArgumentParser:
                     help="held-out tau by replaying the target's greedy reply to each prompt, fixed once per run "
                          "(judge: every checkpoint on the same tokens, no verification forwards), or by decoding "
                          "for real (decode: a tipped near-tie in bf16 moves a reply and its tau)")
-    ap.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts for tau")
+    ap.add_argument("--eval-prompts", type=int, default=6, help="held-out prompts for tau, in turn from each source")
     ap.add_argument("--eval-tokens", type=int, default=128, help="new tokens per held-out prompt")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
