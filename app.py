@@ -133,6 +133,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                                 "number of accepted drafts; the green path is what the target accepted.")
                     explain_tree = gr.Plot(show_label=False)
     timer = gr.Timer(1.0)
+    exact_timer = gr.Timer(1.0, active=False)       # runs while the last run's exact budget curve is replayed
 
     # ----- wiring -------------------------------------------------------------------------------------------
     form = {"prompt": prompt, "method": method, "budget": budget, "temperature": temperature, "top_p": top_p,
@@ -141,7 +142,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
              "tau_fig": tau_fig, "hist_fig": hist_fig, "depth_fig": depth_fig, "time_fig": time_fig,
              "calib_fig": calib_fig, "icicle": icicle_fig, "mask": mask_fig, "explain": explain,
              "explain_tree": explain_tree, "caption": caption, "tree_facts": tree_facts, "graphml": graphml,
-             "graph_json": graph_json}
+             "graph_json": graph_json, "exact_timer": exact_timer}
     OUTPUTS = [shown[name] for name in views.OUTPUTS] + [state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
     run_btn.click(run, [state], OUTPUTS, inputs_kwargs=form, concurrency_id="model", show_progress="minimal",
@@ -153,6 +154,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     compare_btn.click(compare, [state], [compare_table, compare_fig, compare_note, state], concurrency_id="model",
                       inputs_kwargs={name: c for name, c in form.items() if name != "method"})
     compare_table.select(handlers.show_difference, [pair_name, state], OUTPUTS, concurrency_id="model")
+    exact_timer.tick(handlers.show_exact, [state], [budget_fig, exact_timer], queue=False, show_progress="hidden")
     stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
     status_inputs, status_outputs = [method, budget, pair_name], [machine, budget_note, timer]
     demo.load(handlers.refresh, status_inputs, status_outputs, queue=False)

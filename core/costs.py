@@ -170,8 +170,7 @@ class BackgroundCurves:
     def _measure(self, name: str, target) -> None:
         def tick(done: int, total: int) -> None:
             self.progress[name] = (done, total)
-            with self._cond:
-                self._cond.wait_for(lambda: self._busy == 0)
+            self.idle()
 
         try:
             self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick, statistic=min)
@@ -183,6 +182,11 @@ class BackgroundCurves:
             return "measured"
         done, total = self.progress.get(name, (0, 0))
         return "failed" if done < 0 else f"measuring {done}/{total} sizes" if total else "not started"
+
+    def idle(self) -> None:
+        """Return once no run decodes (at once when none does); other background work waits here too."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._busy == 0)
 
     @contextmanager
     def decoding(self):

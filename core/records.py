@@ -55,11 +55,12 @@ class StepRecord:
         return sum(self.seconds.values())
 
     def tau_at(self, budget: int) -> int | None:
-        """Acceptance length the budget-`budget` tree would have had (nested builders; exact for the same
-        target draws): path nodes have increasing indices, so it is the accepted nodes numbered <= budget."""
+        """Acceptance length the budget-`budget` tree would have had at this step (nested builders; exact for
+        the same target draws): path nodes have increasing indices, so it is the accepted nodes numbered <= budget,
+        plus the bonus, and no more than this step committed (a stop token cuts both at the same place)."""
         if not self.nested:
             return None
-        return 1 + sum(1 for i in self.accepted[1:] if i <= budget)
+        return min(1 + sum(1 for i in self.accepted[1:] if i <= budget), self.tau)
 
 
 @dataclass

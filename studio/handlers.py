@@ -14,13 +14,15 @@ import gradio as gr
 from core.accept import GREEDY_BELOW
 from core.config import DecodeConfig
 from core.divergence import first_divergence
-from core.engine import check_fits, generate
+from core.engine import check_fits, generate, output_ids
 from core.hardware import dtype_facts
 from core.models import encode_chat
 from core.ngram import build_command
 from core.records import summarize
-from studio.state import COSTS, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, stopped_since
-from studio.views import STEP_VIEWS, block_size, render, step_views, token_texts, values
+from core.replay import CURVE_METHODS, curve_budgets
+from studio.state import COSTS, EXACT, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, \
+    stopped_since
+from studio.views import STEP_VIEWS, block_size, budget_figure, render, step_views, token_texts, values
 from viz import charts, page, text as words
 
 METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
@@ -116,6 +118,7 @@ def run(form: Form, state, request: gr.Request = None):
     ids = prompt_ids(pair, form.prompt)
     steps = _start(pair, ids, cfg)
     LIVE.pop(session(request), None)
+    EXACT.cancel(session(request))                  # the previous run's exact curve: superseded
     records, last, last_full, started = [], 0.0, 0.0, time.time()
     state |= {"records": records, "method": cfg.method, "prompt_tokens": len(ids)}
     with COSTS.decoding():                          # the background cost measurement waits meanwhile
@@ -130,6 +133,7 @@ def run(form: Form, state, request: gr.Request = None):
                 last = time.perf_counter()
                 last_full = last if full else last_full
     stopped = stopped_since(request, started)
+    state["exact"] = _exact_curve(pair, ids, records, cfg, stopped, request)
     if cfg.method == "ar":
         ar_tps = summarize([records]).tokens_per_second
     elif stopped:
@@ -144,6 +148,32 @@ def run(form: Form, state, request: gr.Request = None):
     yield values(render(pair, records, state, ar_tps, full=True, status=status)) + [state]
 
 
+def _exact_curve(pair, ids: list[int], records, cfg: DecodeConfig, stopped: bool, request) -> int | str | None:
+    """A finished greedy run of a fixed-budget tree method: its exact budget curve, queued in the background (the
+    job's id). Otherwise why there is none (a note for the chart), or None where the chart has no budget axis."""
+    if cfg.method not in CURVE_METHODS or not any(r.tree.size for r in records[1:]):
+        return None
+    if cfg.temperature >= GREEDY_BELOW:
+        return charts.NO_EXACT_SAMPLED
+    if stopped:
+        return charts.NO_EXACT_STOPPED
+    top = max(r.tree.size for r in records[1:])
+    return EXACT.start(session(request), pair, ids, output_ids(records), cfg, curve_budgets(top)).id
+
+
+def show_exact(state):
+    """The timer's tick while an exact curve is replayed: the budget chart again when it has news, and the timer
+    stopped once the curve is done (or gone)."""
+    job = EXACT.jobs.get((state or {}).get("exact"))
+    if job is None:
+        return gr.skip(), gr.Timer(active=False)
+    news = (len(job.points), job.done)
+    if news == job.shown:
+        return gr.skip(), gr.skip()
+    job.shown = news
+    return budget_figure(job.pair, state["records"], state), gr.Timer(active=not job.done)
+
+
 def step_once(form: Form, state, request: gr.Request = None):
     """Advance exactly one decoding step (the first press runs the prefill)."""
     state = state if state and state.get("records") is not None else fresh_state(state)
@@ -155,6 +185,7 @@ def step_once(form: Form, state, request: gr.Request = None):
     if live is None or live[0] != key:
         live = (key, _start(pair, ids, cfg), [])
         keep_live(request, live)
+        EXACT.cancel(session(request))
         state = fresh_state(state) | {"method": cfg.method, "prompt_tokens": len(ids)}
     with COSTS.decoding():
         record = next(live[1], None)
@@ -210,7 +241,7 @@ def _verdict(pair, rows, runs, temperature: float, state) -> str:
                              for label, (records, div, _) in runs.items() if div is not None])
 
 
-def show_difference(evt: gr.SelectData, pair_name, state):
+def show_difference(evt: gr.SelectData, pair_name, state, request: gr.Request = None):
     """A Compare row clicked: that run in the step view, on the step where it first differs."""
     runs = (state or {}).get("compared") or {}
     label = COMPARED[evt.index[0]] if evt.index and evt.index[0] < len(COMPARED) else None
@@ -218,7 +249,9 @@ def show_difference(evt: gr.SelectData, pair_name, state):
         return values({}) + [state]
     records, div, method = runs[label]
     pair = get_pair(pair_name)
-    state = state | {"records": records, "method": method, "prompt_tokens": len(state.get("compare_ids", []))}
+    EXACT.cancel(session(request))                  # the shown run changes: its exact curve is not this one's
+    state = state | {"records": records, "method": method, "prompt_tokens": len(state.get("compare_ids", [])),
+                     "exact": None}
     shown = next(i for i, r in enumerate(records) if r.step == div.step) if div else None
     return values(render(pair, records, state, None, full=True, shown=shown,
                          highlight=div.position if div else None)) + [state]

@@ -1,6 +1,7 @@
 """The app's session state, in one place: the loaded model pairs (shared by all sessions), each pair's
-verification-cost curve measured in the background, the Step generations kept per session and when each session
-last pressed Stop. Also the state-only handlers (Stop, a closed tab, GET /health) and the header line.
+verification-cost curve measured in the background, each session's exact budget curve replayed in the background,
+the Step generations kept per session and when each session last pressed Stop. Also the state-only handlers (Stop,
+a closed tab, GET /health) and the header line.
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from core.costs import BackgroundCurves
 from core.hardware import describe_dtype, dtype_facts
 from core.limits import limits
 from core.models import ModelLoadError, load_pair
+from studio.exact import ExactCurves
 from viz import text as words
 
 PAIRS: dict[str, object] = {}           # loaded model pairs, shared by all sessions
 COSTS = BackgroundCurves()              # each pair's verification-cost curve, measured in the background
+EXACT = ExactCurves(COSTS.idle)         # each session's exact budget curve, replayed while no run decodes
 LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live generator, records) for Step
 MAX_LIVE = 8                            # Step generations kept at once (each holds a KV cache); oldest dropped
 STOPPED: dict[str, float] = {}          # session -> when Stop was last pressed; runs end at the next step
@@ -81,8 +84,9 @@ def stop(request: gr.Request = None):
 
 
 def forget(request: gr.Request = None):
-    """A closed tab: drop its Step generation (and its KV cache) and its stop flag."""
+    """A closed tab: drop its Step generation (and its KV cache), its exact curve and its stop flag."""
     LIVE.pop(session(request), None)
+    EXACT.cancel(session(request))
     STOPPED.pop(session(request), None)
 
 

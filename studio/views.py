@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from studio.state import COSTS
+from studio.state import COSTS, EXACT
 from viz import charts, graph, page, text as words
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
@@ -18,7 +18,8 @@ from viz.tree_graph import tree_figure
 TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
 STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
-           "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
+           "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
+           "exact_timer")
 DOWNLOADS = Path(tempfile.mkdtemp(prefix="draft-tree-studio-"))   # this process's tree downloads
 
 
@@ -59,12 +60,27 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
               "slider": gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
                                   label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})"),
               "metrics": page.metrics_md(records, ar_tps, status, state.get("difference", "")),
-              "budget_fig": charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records))}
+              "budget_fig": budget_figure(pair, records, state)}
+    if status != "running":           # the timer that draws the exact curve as it comes runs while it is replayed
+        job = EXACT.jobs.get(state.get("exact"))
+        views["exact_timer"] = gr.Timer(active=job is not None and not job.done)
     if full:
         views |= {"tau_fig": charts.tau_per_step(records), "hist_fig": charts.histogram(records),
                   "depth_fig": charts.depth_rates(records), "time_fig": charts.time_breakdown(records),
                   "calib_fig": charts.calibration(records)}
     return views
+
+
+def budget_figure(pair, records, state):
+    """The acceptance-against-budget chart, with the exact curve as far as it has come (`studio.exact`) or why
+    there is none: `state["exact"]` holds the curve's job id, or the note to show instead."""
+    ref, exact, note = state.get("exact"), None, None
+    if isinstance(ref, str):
+        note = ref
+    elif (job := EXACT.jobs.get(ref)) is not None:
+        exact = dict(job.points)                       # a copy: the worker adds points meanwhile
+        note = None if job.done and not job.error else charts.exact_progress(len(exact), len(job.budgets), job.error)
+    return charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records), exact, note)
 
 
 def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:

@@ -240,3 +240,31 @@ def test_hybrid_run_names_its_proposers_and_the_tree_downloads(url, tmp_path):
         assert {"drafter", "retrieval", "both"} & set(nx.get_node_attributes(graph, "proposer").values())
         page.screenshot(path=str(OUT / "app-hybrid.png"), full_page=True)
         browser.close()
+
+
+@pytest.mark.usefixtures("chromium")
+def test_budget_chart_names_the_exact_and_the_counterfactual_curve(url):
+    """The default example with a fixed budget (the default method chooses its budget per step, so its chart has
+    no budget axis): once the run is out, its exact curve is replayed in the background and drawn beside the
+    counterfactual, the legend naming both and the subtitle saying which is which."""
+    from playwright.sync_api import expect, sync_playwright
+
+    import app
+    from viz import charts
+
+    OUT.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        _settings(page, url, app.EXAMPLES[0][0], max_new=48, budget=16, method="DDTree")
+        page.locator("#run").click()
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        subtitle = "document.querySelector('#budget_chart .js-plotly-plot').layout.title.subtitle?.text"
+        page.wait_for_function(f"() => {subtitle} === {charts.EXACT_NOTE!r}", timeout=120_000)   # all replayed
+        names = [t.strip() for t in page.locator("#budget_chart .legendtext").all_text_contents()]
+        assert charts.EXACT in names and charts.COUNTERFACTUAL in names, names
+        exact = page.evaluate("() => document.querySelector('#budget_chart .js-plotly-plot').data"
+                              f".find(t => t.name === {charts.EXACT!r}).x")
+        assert exact == [1, 2, 4, 8, 16]
+        page.locator("#budget_chart").screenshot(path=str(OUT / "app-exact-curve.png"))
+        browser.close()

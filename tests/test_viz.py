@@ -1,5 +1,7 @@
 """viz/ figures from synthetic records (no model), and the app's handlers on a tiny random model."""
 import math
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +121,37 @@ def test_budget_curve_is_counterfactual_and_monotone():
     assert len(fig.data) == 4
 
 
+EXACT = {1: 1.5, 2: 2.0, 4: 2.5, 8: 2.8, 16: 2.9, 20: 3.0}
+
+
+def test_budget_chart_sets_the_exact_curve_beside_the_counterfactual_and_says_which_is_which():
+    records = synthetic_run()
+    fig = charts.budget_figure(records, cost_ms={1: 30.0, 32: 45.0, 64: 60.0}, draft_ms=8.0, exact=EXACT)
+    names = [t.name for t in fig.data]
+    assert names[:3] == [charts.COUNTERFACTUAL, "expected: 1 + Σ q(u) of the first b nodes", charts.EXACT]
+    exact = fig.data[2]
+    assert list(exact.x) == list(EXACT) and list(exact.y) == list(EXACT.values())
+    assert fig.layout.title.subtitle.text == charts.EXACT_NOTE
+    assert "exact τ" in fig.data[-1].name and list(fig.data[-1].x) == list(EXACT)   # speed-up from the exact τ
+    coming = charts.budget_figure(records, exact={1: 1.5}, exact_note=charts.exact_progress(1, 6))
+    assert "1 of 6 done" in coming.layout.title.subtitle.text and len(coming.data) == 4
+    sampled = charts.budget_figure(records, exact_note=charts.NO_EXACT_SAMPLED)
+    assert charts.EXACT not in [t.name for t in sampled.data]
+    assert "temperature > 0" in sampled.layout.title.subtitle.text
+    beam = [replace(r, nested=False) for r in records]        # PRESTO-beam: no counterfactual, the exact curve only
+    fig = charts.budget_figure(beam, exact=EXACT)
+    assert [t.name for t in fig.data] == [charts.EXACT, "achieved (this run)"]
+    assert fig.layout.title.subtitle.text == charts.EXACT_ONLY_NOTE
+    assert "chosen per step" in charts.budget_figure(beam).layout.title.text
+
+
+def test_the_counterfactual_never_exceeds_what_a_step_committed():
+    records = synthetic_run()
+    cut = replace(records[1], committed=records[1].committed[:1])     # a stop token: the first draft ends the reply
+    assert cut.tau_at(20) == 1 and records[1].tau_at(20) == records[1].tau > 1
+    assert charts.budget_curves([records[0], cut])["tau"][-1] == 1
+
+
 @pytest.mark.parametrize("budget,ticks", [(20, [1, 2, 4, 8, 16]), (400, [1, 2, 4, 8, 16, 32, 64, 128, 256]),
                                           (512, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])])
 def test_budget_axis_is_ticked_at_powers_of_two_inside_the_data(budget, ticks):
@@ -137,8 +170,9 @@ def every_figure(records=None):
             {"method": "DDTree", "tau": 3.2, "tokens/s": 50.0, "speedup": 2.5, "tokens": 24}]
     return {
         "budget": charts.budget_figure(records, cost_ms={1: 30.0, 32: 45.0, 64: 60.0}, draft_ms=8.0),
-        "budget (empty)": charts.budget_figure(prefill), "chosen": charts.chosen_budgets(records),
-        "chosen (empty)": charts.chosen_budgets(prefill),
+        "budget (empty)": charts.budget_figure(prefill),
+        "budget (exact)": charts.budget_figure(records, cost_ms={1: 30.0, 64: 60.0}, draft_ms=8.0, exact=EXACT),
+        "chosen": charts.chosen_budgets(records), "chosen (empty)": charts.chosen_budgets(prefill),
         "tau": charts.tau_per_step(records), "tau (empty)": charts.tau_per_step(prefill),
         "histogram": charts.histogram(records), "histogram (empty)": charts.histogram(prefill),
         "depth": charts.depth_rates(records), "depth (empty)": charts.depth_rates(prefill),
@@ -279,6 +313,38 @@ def test_app_auto_budget_shows_the_budget_chosen_per_step(monkeypatch, tmp_path)
     records = updates[-1][-1]["records"]
     assert all(r.budget_used <= 16 for r in records) and any(r.budget_used > 0 for r in records)
     assert "chosen per step" in updates[-1][4].layout.title.text
+
+
+def test_app_draws_the_exact_curve_when_its_background_replay_is_done(monkeypatch):
+    """A greedy run queues its exact curve; the timer's tick draws it once done (equal to `core.replay`'s) and then
+    stops; a newer run supersedes it; a sampled run says why it has none."""
+    import gradio as gr
+
+    from core.replay import exact_budget_curve
+    from studio import handlers, state, views
+    from studio.handlers import Form
+    from tests.conftest import tiny_pair
+
+    pair = tiny_pair()
+    monkeypatch.setitem(state.PAIRS, "tiny", pair)
+    *_, last = handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), None)
+    session, timer = last[-1], last[views.OUTPUTS.index("exact_timer")]
+    job = state.EXACT.jobs[session["exact"]]
+    assert isinstance(timer, gr.Timer) and timer.active
+    deadline = time.time() + 60
+    while not job.done and time.time() < deadline:
+        time.sleep(0.02)
+    fig, timer = handlers.show_exact(session)
+    exact = next(t for t in fig.data if t.name == charts.EXACT)
+    reply = [t for r in session["records"] for t in r.committed]
+    assert dict(zip(exact.x, exact.y)) == exact_budget_curve(pair, [0, 5, 6, 7, 8], reply, job.cfg, [1, 2, 4, 8, 16])
+    assert charts.COUNTERFACTUAL in [t.name for t in fig.data] and not timer.active
+    assert handlers.show_exact(session) == (gr.skip(), gr.skip())                   # nothing new: nothing sent
+    *_, newer = handlers.run(Form("0 5 6 7 8", "DDTree", 8, 0.0, 1.0, 0, 24, 0, "tiny"), session)
+    assert job.id not in state.EXACT.jobs and newer[-1]["exact"] in state.EXACT.jobs
+    *_, sampled = handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.7, 1.0, 0, 24, 0, "tiny"), None)
+    assert sampled[-1]["exact"] == charts.NO_EXACT_SAMPLED
+    assert sampled[views.OUTPUTS.index("budget_fig")].layout.title.subtitle.text == charts.NO_EXACT_SAMPLED
 
 
 @pytest.mark.parametrize("args,match", [

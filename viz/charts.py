@@ -20,11 +20,27 @@ def _decode(records):
     return [r for r in records if r.step > 0]
 
 
+COUNTERFACTUAL = "counterfactual: this run's trees cut to b nodes"
+EXACT = "exact: a run at budget b, replayed on this reply"
+EXACT_NOTE = "exact: what budget b gives on this reply · counterfactual: this run's own steps only"
+EXACT_ONLY_NOTE = "exact: what budget b gives on this reply (this method's trees are not nested: no counterfactual)"
+NO_EXACT_SAMPLED = "no exact curve at temperature > 0: a sampled reply differs per budget, so none can be replayed"
+NO_EXACT_STOPPED = "no exact curve for a stopped run: it replays a finished reply"
+
+
+def exact_progress(done: int, total: int, error: str | None = None) -> str:
+    """The chart's note while the exact curve is replayed in the background (or why it failed)."""
+    if error:
+        return f"exact curve failed ({error})"
+    return f"exact curve: replaying each budget on this reply ({done} of {total} done)…"
+
+
 def budget_curves(records) -> dict:
-    """Mean acceptance length per budget b (the counterfactual curve from the nested trees), the tree's
-    expected acceptance 1 + sum of the first b prefix probabilities, and the achieved point."""
-    steps = [r for r in _decode(records) if r.nested and r.tree.size > 0]
-    if not steps:
+    """Mean acceptance length per budget b (the counterfactual curve from the nested trees: this run's steps, each
+    tree cut to its first b nodes), the tree's expected acceptance 1 + sum of the first b prefix probabilities,
+    and the achieved point."""
+    steps = [r for r in _decode(records) if r.nested]
+    if not any(r.tree.size for r in steps):
         return {}
     top = max(r.tree.size for r in steps)
     budgets = np.arange(1, top + 1)
@@ -34,40 +50,57 @@ def budget_curves(records) -> dict:
         idx = np.asarray(r.accepted[1:], dtype=np.int64)
         hits = np.zeros(top + 1)
         np.add.at(hits, np.minimum(idx, top), 1)
-        realised += 1 + np.cumsum(hits[1:])
+        realised += np.minimum(1 + np.cumsum(hits[1:]), r.tau)        # `StepRecord.tau_at` for every b at once
         q = np.exp(np.asarray(r.tree.prefix_logq[1:]))
         cum = np.cumsum(q)
         expected += 1 + np.concatenate([cum, np.full(top - len(cum), cum[-1] if len(cum) else 0.0)])
-    achieved = float(np.mean([r.tau for r in _decode(records)]))
     return {"budgets": budgets, "tau": realised / len(steps), "expected": expected / len(steps),
-            "achieved": (int(np.median([r.budget_used for r in steps])), achieved)}
+            "achieved": achieved(records)}
 
 
-def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: float | None = None) -> go.Figure:
-    """Acceptance against node budget; with the verification-cost curve, the estimated speed-up per budget."""
+def achieved(records) -> tuple[int, float]:
+    """(the budget a run's drafting steps used, median; its τ): the run's own point on the budget chart."""
+    drafting = [r.budget_used for r in _decode(records) if r.tree.size] or [1]
+    return int(np.median(drafting)), float(np.mean([r.tau for r in _decode(records)]))
+
+
+def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: float | None = None,
+                  exact: dict[int, float] | None = None, exact_note: str | None = None) -> go.Figure:
+    """Acceptance against node budget: the counterfactual curve, the expected one, the achieved point and, when
+    given, the exact τ per budget (`core.replay`, as far as it has come) or `exact_note` (why there is none yet);
+    with the verification-cost curve, the estimated speed-up per budget (from the exact τ where there is one)."""
     title = "Acceptance length vs node budget"
     c = budget_curves(records)
-    if not c:
-        if any(r.tree.size for r in _decode(records)):
+    drafted = any(r.tree.size for r in _decode(records))
+    if not c and not (exact and drafted):
+        if drafted:
             return chosen_budgets(records)
         return _empty(title, "τ against the node budget b appears here after the first speculative step")
-    b = c["budgets"]
     fig = go.Figure()
-    fig.add_scatter(x=b, y=c["tau"], name="τ if the budget had been b (same steps)", line=dict(color=theme.ACCEPTED))
-    fig.add_scatter(x=b, y=c["expected"], name="expected: 1 + Σ q(u) of the first b nodes",
-                    line=dict(color=theme.ACCEPTED, dash="dot"))
-    fig.add_scatter(x=[c["achieved"][0]], y=[c["achieved"][1]], mode="markers", name="achieved (this run)",
+    if c:
+        fig.add_scatter(x=c["budgets"], y=c["tau"], name=COUNTERFACTUAL, line=dict(color=theme.ACCEPTED))
+        fig.add_scatter(x=c["budgets"], y=c["expected"], name="expected: 1 + Σ q(u) of the first b nodes",
+                        line=dict(color=theme.ACCEPTED, dash="dot"))
+    if exact:
+        fig.add_scatter(x=list(exact), y=list(exact.values()), mode="lines+markers", name=EXACT,
+                        line=dict(color=theme.DRAFT, width=3), marker=dict(size=8))
+    point = achieved(records)
+    fig.add_scatter(x=[point[0]], y=[point[1]], mode="markers", name="achieved (this run)",
                     marker=dict(size=13, color=theme.BONUS, symbol="diamond"))
+    b, tau = (np.array(list(exact)), np.array(list(exact.values()))) if exact else (c["budgets"], c["tau"])
     if cost_ms and draft_ms is not None:
         sizes = np.array(sorted(cost_ms))
         verify = np.interp(b + 1, sizes, [cost_ms[s] for s in sizes])
-        speedup = c["tau"] * cost_ms[sizes[0]] / (draft_ms + verify)
-        fig.add_scatter(x=b, y=speedup, name="estimated speed-up (τ · t_AR / (t_draft + t_verify(b)))",
-                        yaxis="y2", line=dict(color=theme.ORACLE))
+        which = "exact" if exact else "counterfactual"
+        fig.add_scatter(x=b, y=tau * cost_ms[sizes[0]] / (draft_ms + verify), yaxis="y2",
+                        name=f"estimated speed-up ({which} τ · t_AR / (t_draft + t_verify(b)))",
+                        line=dict(color=theme.ORACLE), mode="lines+markers" if exact else "lines")
         fig.update_layout(yaxis2=dict(title="est. speed-up ×", overlaying="y", side="right", showgrid=False,
                                       tickmode="auto"))
         title += " and estimated speed-up"
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="node budget b", **_budget_ticks(b[0], b[-1])),
+    top = int(c["budgets"][-1]) if c else int(max(exact))
+    note = exact_note or ((EXACT_NOTE if c else EXACT_ONLY_NOTE) if exact else None)
+    fig.update_layout(**theme.layout(title, note, xaxis=dict(title="node budget b", **_budget_ticks(1, top)),
                                      yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 

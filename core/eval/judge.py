@@ -19,21 +19,15 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
+from core.builders import NESTED
 from core.config import AUTO_METHODS, METHODS, TREE_METHODS, DecodeConfig
-from core.accept import follow
-from core.builders import as_builder
-from core.dflash import extract_features
-from core.drafter import Drafting, clip_draft
-from core.engine import check_inputs, default_builder, depth_cap, draft_sizes, output_ids, run, step_record
+from core.engine import output_ids, run
 from core.eval.baselines import prompt_lookup_steps
 from core.eval.benchmark import add_dtype_option, announce_dtype, conversations, dataset_name, progress
-from core.fast_forward import forward
-from core.kv_cache import new_cache
-from core.limits import context_window
 from core.models import default_offline, encode_messages, load_drafter, load_pair
-from core.tree import root_only
+from core.replay import curve_budgets, exact_budget_points, prompt_tau, reference_states, replay
+
+__all__ = ["main", "prompt_tau", "reference_reply", "reference_replies", "reference_states", "replay"]
 
 PROMPT_LOOKUP = "hf-prompt-lookup"   # the baseline's name in the benchmark
 
@@ -43,60 +37,22 @@ def reference_reply(pair, prompt_ids: list[int], max_new_tokens: int) -> list[in
     return output_ids(run(pair, prompt_ids, DecodeConfig(method="ar", max_new_tokens=max_new_tokens)))
 
 
-def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set[int] = frozenset()):
-    """(index, prompt_ids, reference) for the first n prompts of a single-turn set: each first turn as the user's
-    message, and the target's greedy reply to it (shared with `core.eval.diagnose`). Prompts whose index is in `skip` (a
-    resumed run has their rows) are not decoded; the progress bar counts them as done, so its ETA is the rest's."""
+def dataset_prompts(pair, dataset: str, n: int, skip: set[int] = frozenset()):
+    """(index, prompt_ids) for the first n prompts of a single-turn set, each first turn as the user's message.
+    Prompts whose index is in `skip` (a resumed run has their rows) are left out; the progress bar counts them as
+    done, so its ETA is the rest's."""
     items = conversations(dataset, n)
     todo = [(index, turns) for index, turns in enumerate(items) if index not in skip]
     for index, turns in progress(todo, total=len(items), initial=len(items) - len(todo), desc=dataset_name(dataset),
                                  unit="prompt"):
-        prompt_ids = encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
+        yield index, encode_messages(pair.tokenizer, [{"role": "user", "content": turns[0]}])
+
+
+def reference_replies(pair, dataset: str, n: int, max_new_tokens: int, skip: set[int] = frozenset()):
+    """(index, prompt_ids, reference): `dataset_prompts` with the target's greedy reply to each (shared with
+    `core.eval.diagnose`)."""
+    for index, prompt_ids in dataset_prompts(pair, dataset, n, skip):
         yield index, prompt_ids, reference_reply(pair, prompt_ids, max_new_tokens)
-
-
-@torch.inference_mode()
-def reference_states(pair, prompt_ids: list[int], reference: list[int]) -> tuple[torch.Tensor, ...]:
-    """The target's hidden states over prompt + reference (its last token is never context): one forward, shared
-    by every drafter and setting judged on this prompt."""
-    ids = torch.tensor([prompt_ids + reference[:-1]], device=pair.device)
-    return forward(pair.target, ids, new_cache(pair.target), output_hidden_states=True, logits_to_keep=1).hidden_states
-
-
-def prompt_tau(committed: list[int]) -> float:
-    """A prompt's τ from `replay`: mean tokens committed a step (a reply with no step counts as 1, as the loop's)."""
-    return statistics.mean(committed) if committed else 1.0
-
-
-@torch.inference_mode()
-def replay(pair, prompt_ids: list[int], reference: list[int], cfg: DecodeConfig,
-           states: tuple[torch.Tensor, ...] | None = None) -> list[int]:
-    """Tokens committed per step (accepted drafts + bonus, cut at the reply's end: the loop's `StepRecord.tau`)
-    when the loop's output is `reference`, the reply `cfg.max_new_tokens` of plain decoding gave. `states`:
-    `reference_states` of this prompt, when several replays share them."""
-    cfg = check_inputs(pair, prompt_ids, cfg)
-    build, window = as_builder(default_builder(cfg, pair)), context_window(pair.target)
-    n_pos, k = draft_sizes(pair, cfg)
-    states = states if states is not None else reference_states(pair, prompt_ids, reference)
-    features = extract_features(states, pair.drafter.target_layer_ids)[0]      # [P+R-1, n_taps*H]
-    drafting = Drafting(pair.drafter, pair.target, prompt_ids, n_pos, k, cfg.entropy_lam, cfg.full_readout)
-    records, t, fed = [], 0, 0
-    while t < len(reference) - 1:             # reference[t] is this step's bonus token, at position P + t
-        past, bonus, draft = len(prompt_ids) + t, reference[t], None
-        drafting.read(features[fed:past])
-        fed, cap = past, depth_cap(n_pos, cfg, t + 1, past, window)
-        if cap > 0 and build.should_draft():
-            draft = drafting.draft(bonus, past)
-        tree = build(clip_draft(draft, cap), cfg.budget, bonus, prompt_ids + reference[: t + 1]) if draft is not None \
-            else root_only(bonus)
-        # the loop's greedy walk, with the reply's next token as the target's choice after each node
-        accepted = follow(tree, [reference[t + 1 + d] if t + 1 + d < len(reference) else -1 for d in tree.depths])
-        committed = reference[t + 1: t + 1 + len(accepted)]       # accepted drafts + bonus, cut at the reply's end
-        record = step_record(cfg, len(records) + 1, tree, draft, accepted, committed[-1], committed)
-        build.observe(record)
-        records.append(record)
-        t += len(accepted)
-    return [r.tau for r in records]
 
 
 def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
@@ -127,8 +83,12 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
                          "(transformers' prompt lookup on the same replies; it needs no drafter)")
     ap.add_argument("--budgets", default="16,64", help="comma-separated budgets for tree methods")
     ap.add_argument("--out", default=None,
-                    help="folder for rows.jsonl (per-step acceptance), appended as each prompt finishes; a rerun "
-                         "reuses the rows it finds there and replays only the rest")
+                    help="folder for rows.jsonl (per-step acceptance; --curves: curves.jsonl), appended as each "
+                         "prompt finishes; a rerun reuses the rows it finds there and replays only the rest")
+    ap.add_argument("--curves", action="store_true",
+                    help="instead: decode each prompt for real with the first drafter at each budget B, and set the "
+                         "app's counterfactual curve (that run's trees cut to b nodes) beside the exact one (a run "
+                         "at b replayed on the same reply) at b = 1, 2, 4, ... B")
     args = parse_reference_args(ap, argv)
     methods = args.methods.split(",")
     judged_methods = [m for m in METHODS if m != "ar" and m not in AUTO_METHODS] + [PROMPT_LOOKUP]
@@ -141,9 +101,14 @@ def main(argv=None, pair=None, drafters: dict | None = None) -> list[dict]:
         budgets = [int(b) for b in args.budgets.split(",")]
     except ValueError:
         ap.error(f"--budgets takes whole numbers separated by commas (got {args.budgets!r})")
+    if args.curves and any(m not in NESTED for m in methods):
+        ap.error(f"--curves cuts a run's trees to smaller budgets, so it takes nested methods: "
+                 f"{', '.join(sorted(NESTED))}")
     announce_dtype(args.dtype, pair)
     pair = pair or load_pair(args.pair, dtype=args.dtype)
     drafters = drafters or {d: load_drafter(d, pair.target, pair.dtype) for d in args.drafters.split(",")}
+    if args.curves:
+        return curves(replace(pair, drafter=next(iter(drafters.values()))), methods, budgets, args)
     judged = {(name, method, budget): DecodeConfig(method=method, budget=budget or budgets[0],
                                                    max_new_tokens=args.max_new_tokens)
               for name in drafters for method in methods for budget in (budgets if method in TREE_METHODS else [None])}
@@ -214,6 +179,69 @@ def table(rows: list[dict], drafters: list[str]) -> str:
             lines.append(f"| {dataset} | {method} | {budget or '–'} | {d} | {len(rs)} | {tau:.3f} | {pooled:.3f} | "
                          f"{vs} | {wins} |")
     return "\n".join(lines)
+
+
+def curves(pair, methods: list[str], budgets: list[int], args) -> list[dict]:
+    """--curves: per prompt, method and run budget B, the counterfactual and the exact τ at b = 1, 2, 4, ... B
+    (`curve_rows`), appended to --out/curves.jsonl as each prompt finishes (a rerun skips the prompts it finds)."""
+    path = Path(args.out) / "curves.jsonl" if args.out else None
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    found = list(map(json.loads, path.read_text().splitlines())) if path and path.exists() else []
+    rows = []
+    with open(path, "a") if path else nullcontext() as f:
+        for dataset in args.datasets.split(","):
+            done = {r["prompt"] for r in found if r["dataset"] == dataset}
+            rows += [r for r in found if r["dataset"] == dataset]
+            for index, prompt_ids in dataset_prompts(pair, dataset, args.n, skip=done):
+                new = [{"dataset": dataset, "prompt": index, **r}
+                       for r in curve_rows(pair, prompt_ids, methods, budgets, args.max_new_tokens)]
+                rows += new
+                if f:
+                    f.write("".join(json.dumps(r) + "\n" for r in new))
+                    f.flush()
+    print(curve_table(rows))
+    return rows
+
+
+def curve_rows(pair, prompt_ids: list[int], methods: list[str], budgets: list[int], max_new_tokens: int) -> list[dict]:
+    """One prompt's rows: for each method and budget B, a real greedy run at B, then per b in `curve_budgets(B)` its
+    counterfactual τ (mean over its steps of `StepRecord.tau_at(b)`, what the app's chart draws) and the exact τ
+    (`core.replay`, a run at b replayed on the run's reply; shared by runs that emitted the same reply)."""
+    rows, exact, states = [], {}, {}
+    for method in methods:
+        for top in budgets:
+            cfg = DecodeConfig(method=method, budget=top, max_new_tokens=max_new_tokens)
+            records = run(pair, prompt_ids, cfg)
+            steps, reply = records[1:], tuple(output_ids(records))
+            if reply not in states:
+                states[reply] = reference_states(pair, prompt_ids, list(reply))
+            todo = [b for b in curve_budgets(top) if (reply, method, b) not in exact]
+            for b, tau in exact_budget_points(pair, prompt_ids, list(reply), cfg, todo, states[reply]):
+                exact[reply, method, b] = tau
+            rows += [{"method": method, "run_budget": top, "budget": b, "tokens": len(reply),
+                      "achieved": prompt_tau([r.tau for r in steps]),
+                      "counterfactual": prompt_tau([r.tau_at(b) for r in steps]), "exact": exact[reply, method, b]}
+                     for b in curve_budgets(top)]
+    return rows
+
+
+def curve_table(rows: list[dict]) -> str:
+    """Per method, run budget B and budget b: mean counterfactual and exact τ over the prompts, the counterfactual's
+    relative error, the prompts where it is higher / lower, and whether the exact τ at B is the run's own."""
+    lines = ["| dataset | method | run budget B | b | prompts | counterfactual τ | exact τ | (cf − exact) / exact "
+             "| cf higher / lower |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    keys = dict.fromkeys((r["dataset"], r["method"], r["run_budget"], r["budget"]) for r in rows)
+    for key in keys:
+        rs = [r for r in rows if (r["dataset"], r["method"], r["run_budget"], r["budget"]) == key]
+        cf, ex = statistics.mean(r["counterfactual"] for r in rs), statistics.mean(r["exact"] for r in rs)
+        higher = sum(r["counterfactual"] > r["exact"] + 1e-9 for r in rs)
+        lower = sum(r["counterfactual"] < r["exact"] - 1e-9 for r in rs)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {len(rs)} | {cf:.3f} | {ex:.3f} | "
+                     f"{100 * (cf / ex - 1):+.1f} % | {higher} / {lower} |")
+    own = [r for r in rows if r["budget"] == r["run_budget"]]
+    same = sum(abs(r["exact"] - r["achieved"]) < 1e-9 for r in own)
+    return "\n".join(lines) + f"\n\nexact τ at the run's own budget equals the run's τ in {same} of {len(own)} runs"
 
 
 if __name__ == "__main__":
