@@ -234,8 +234,8 @@ def train(args) -> None:
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
         state["draft_vocab"] = _draft_vocab(args, target, tok, allowed)
     drafter.set_draft_vocab(state["draft_vocab"])
-    print(f"training replies by source:\n{source_mix(args.data)}")
-    print(f"drafter: {sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
+    print(f"training replies by source:\n{source_mix(args.data)}\ndrafter: "
+          f"{sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
           f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
           f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
     held = held_out_mix([p for p in prompts if is_held_out(p.key)], args.eval_prompts)
