@@ -220,8 +220,7 @@ def train(args) -> None:
     out = Path(args.out)
     target, tok = load_target(args.target, dtype="bf16" if args.bf16 else "fp32")
     drafter, n_init = _drafter(args, target, tok)
-    drafter.train()
-    groups = param_groups(drafter, args.init_lr_scale, n_init)
+    groups = param_groups(drafter.train(), args.init_lr_scale, n_init)
     params = [p for g in groups for p in g["params"]]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     state = load_checkpoint(out, drafter, opt)
