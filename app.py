@@ -18,6 +18,7 @@ except ImportError:                     # local machines, CPU Spaces, CI
 from core.config import MAX_BUDGET
 from studio import handlers, views
 from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
+from studio.plots import plot
 from studio.state import PAIRS, forget, get_pair, health, start_cost_curves, stop, usable_pairs
 from viz.page import COMPARE_HEADERS, HOW_IT_WORKS, layout_css
 from viz.theme import DARK_CSS
@@ -96,29 +97,29 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
             gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story")
         with gr.Column(scale=3):
             text = gr.HTML(elem_id="out", label="Output")
-            tree = gr.Plot(show_label=False, elem_id="tree")
+            tree = plot("tree")
             caption = gr.Markdown("Press **Run** to decode the prompt, or **Step** to advance one target forward "
                                   "at a time.", elem_id="caption")
             slider = gr.Slider(0, 1, value=0, step=1, label="Step (replay any stored step)", elem_id="step_slider")
             metrics = gr.Markdown(elem_id="metrics")
             with gr.Tabs():
                 with gr.Tab("Acceptance vs budget"):
-                    budget_fig = gr.Plot(show_label=False, elem_id="budget_chart")
+                    budget_fig = plot("budget_chart")
                 with gr.Tab("Per step"):
-                    tau_fig = gr.Plot(show_label=False)
-                    time_fig = gr.Plot(show_label=False)
+                    tau_fig = plot("tau_chart")
+                    time_fig = plot("time_chart")
                 with gr.Tab("Distributions"):
-                    hist_fig = gr.Plot(show_label=False)
-                    depth_fig = gr.Plot(show_label=False)
-                    calib_fig = gr.Plot(show_label=False)
+                    hist_fig = plot("hist_chart")
+                    depth_fig = plot("depth_chart")
+                    calib_fig = plot("calib_chart")
                 with gr.Tab("Step views"):
                     tree_facts = gr.Markdown("Run or Step to see this step's tree as a graph.", elem_id="tree_facts")
                     with gr.Row():
                         graphml = gr.DownloadButton("Download this tree (GraphML)", elem_id="graphml", size="sm")
                         graph_json = gr.DownloadButton("Download this tree (node-link JSON)", elem_id="graph_json",
                                                        size="sm")
-                    icicle_fig = gr.Plot(show_label=False)
-                    mask_fig = gr.Plot(show_label=False)
+                    icicle_fig = plot("icicle")
+                    mask_fig = plot("mask")
                 with gr.Tab("Compare"):
                     compare_btn = gr.Button("Compare plain decoding, chain, DDTree, PRESTO and the auto budgets on "
                                             "this prompt", elem_id="compare")
@@ -126,12 +127,12 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                                                  datatype=["str", "str", "number", "number", "str", "str"],
                                                  interactive=False)
                     compare_note = gr.Markdown(elem_id="compare_note")
-                    compare_fig = gr.Plot(show_label=False)
+                    compare_fig = plot("compare_chart")
                 with gr.Tab("How it works"):
                     explain = gr.Markdown(HOW_IT_WORKS)
                     gr.Markdown("The current step's tree, coloured by q(u): Σ over its nodes is the expected "
                                 "number of accepted drafts; the green path is what the target accepted.")
-                    explain_tree = gr.Plot(show_label=False)
+                    explain_tree = plot("explain_tree")
     timer = gr.Timer(1.0)
     exact_timer = gr.Timer(1.0, active=False)       # runs while the last run's exact budget curve is replayed
 

@@ -104,6 +104,18 @@ def _settings(page, url: str, prompt: str, max_new: int, budget: int | None = No
         page.locator("#budget input[type=number]").press("Enter")
 
 
+def _finished_run(p, url: str, prompt: str, max_new: int, budget: int, method: str, height: int = 720):
+    """A browser and a page (downloads accepted) that has run `prompt` with these settings to its end."""
+    from playwright.sync_api import expect
+
+    browser = _browser(p)
+    page = browser.new_page(viewport={"width": 1280, "height": height}, accept_downloads=True)
+    _settings(page, url, prompt, max_new=max_new, budget=budget, method=method)
+    page.locator("#run").click()
+    expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+    return browser, page
+
+
 def _browser(p):
     return p.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
                              args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -216,11 +228,7 @@ def test_hybrid_run_names_its_proposers_and_the_tree_downloads(url, tmp_path):
 
     OUT.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = _browser(p)
-        page = browser.new_page(viewport={"width": 1280, "height": 720}, accept_downloads=True)
-        _settings(page, url, COPY_PROMPT, max_new=48, budget=16, method="Hybrid (drafter + retrieval)")
-        page.locator("#run").click()
-        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        browser, page = _finished_run(p, url, COPY_PROMPT, max_new=48, budget=16, method="Hybrid (drafter + retrieval)")
         counts = re.search(r"Accepted drafts by proposer: (\d+) from the drafter, (\d+) from retrieval, (\d+) from "
                            r"both", page.locator("#metrics").inner_text())
         assert counts and int(counts[2]) + int(counts[3]) > 0          # retrieval's tokens were accepted
@@ -247,18 +255,14 @@ def test_budget_chart_names_the_exact_and_the_counterfactual_curve(url):
     """The default example with a fixed budget (the default method chooses its budget per step, so its chart has
     no budget axis): once the run is out, its exact curve is replayed in the background and drawn beside the
     counterfactual, the legend naming both and the subtitle saying which is which."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     import app
     from viz import charts
 
     OUT.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = _browser(p)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        _settings(page, url, app.EXAMPLES[0][0], max_new=48, budget=16, method="DDTree")
-        page.locator("#run").click()
-        expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)
+        browser, page = _finished_run(p, url, app.EXAMPLES[0][0], max_new=48, budget=16, method="DDTree", height=900)
         subtitle = "document.querySelector('#budget_chart .js-plotly-plot').layout.title.subtitle?.text"
         page.wait_for_function(f"() => {subtitle} === {charts.EXACT_NOTE!r}", timeout=120_000)   # all replayed
         names = [t.strip() for t in page.locator("#budget_chart .legendtext").all_text_contents()]
@@ -268,3 +272,53 @@ def test_budget_chart_names_the_exact_and_the_counterfactual_curve(url):
         assert exact == [1, 2, 4, 8, 16]
         page.locator("#budget_chart").screenshot(path=str(OUT / "app-exact-curve.png"))
         browser.close()
+
+
+PLOTS = {"Acceptance vs budget": ["budget_chart"], "Per step": ["tau_chart", "time_chart"],
+         "Distributions": ["hist_chart", "depth_chart", "calib_chart"], "Step views": ["icicle", "mask"],
+         "Compare": ["compare_chart"], "How it works": ["explain_tree"]}
+
+
+@pytest.mark.usefixtures("chromium")
+def test_every_plot_downloads_as_png_and_svg_named_after_what_it_shows(url):
+    """Figures for slides: the tree and every chart have PNG and SVG buttons; the budget chart's SVG and the tree's
+    PNG are real files (an SVG document with the chart's title, a PNG at twice the plot's size), named after what they
+    show, and so is a chart's PNG on another tab."""
+    import struct
+    import xml.etree.ElementTree as ET
+
+    from playwright.sync_api import expect, sync_playwright
+
+    OUT.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser, page = _finished_run(p, url, PROMPT, max_new=16, budget=8, method="DDTree", height=900)
+        for tab, ids in [(None, ["tree"])] + list(PLOTS.items()):
+            if tab:
+                page.get_by_role("tab", name=tab).click()
+            for i in ids:
+                for fmt in ("PNG", "SVG"):
+                    expect(page.locator(f"#{i} button", has_text=fmt)).to_have_count(1)
+        page.get_by_role("tab", name="Acceptance vs budget").click()
+        svg = _download(page, "#budget_chart", "SVG")
+        assert svg.suggested_filename == "acceptance-vs-budget.svg"
+        root = ET.fromstring(Path(svg.path()).read_text(encoding="utf-8"))
+        assert root.tag.endswith("svg") and "Acceptance length vs node budget" in "".join(root.itertext())
+        step = page.evaluate("() => document.querySelector('#tree .js-plotly-plot').layout.title.text")
+        png = _download(page, "#tree", "PNG")
+        data = Path(png.path()).read_bytes()
+        assert png.suggested_filename == f"tree-step-{int(step.split('step ')[1].split(':')[0])}.png"
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        width, height = struct.unpack(">II", data[16:24])
+        box = page.locator("#tree .js-plotly-plot").bounding_box()
+        assert abs(width - 2 * box["width"]) <= 4 and abs(height - 2 * box["height"]) <= 4
+        page.get_by_role("tab", name="Per step").click()
+        assert _download(page, "#tau_chart", "PNG").suggested_filename == "tau-per-step.png"
+        png.save_as(OUT / png.suggested_filename)
+        svg.save_as(OUT / svg.suggested_filename)
+        browser.close()
+
+
+def _download(page, plot: str, fmt: str):
+    with page.expect_download() as download:
+        page.locator(f"{plot} button", has_text=fmt).click()
+    return download.value

@@ -1,5 +1,6 @@
 """viz/ figures from synthetic records (no model), and the app's handlers on a tiny random model."""
 import math
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -211,6 +212,28 @@ def test_every_mark_has_a_legend_entry():
     assert "top-K" in tau.data[1].name
     tree = [t.name for t in every_figure()["tree"].data if t.showlegend is not False]
     assert any("drafted node" in n for n in tree) and "accepted path" in tree and any("bonus" in n for n in tree)
+
+
+def test_every_figure_is_named_after_what_it_shows_for_its_downloads():
+    names = {name: fig.layout.meta["filename"] for name, fig in every_figure().items()}
+    assert all(re.fullmatch(r"[a-z]+(-[a-z0-9]+)+|calibration", n) for n in names.values()), names
+    assert names["tree"] == "tree-step-1" and names["icicle"] == "icicle-step-1" and names["mask"] == "mask-step-1"
+    assert names["budget"] == names["budget (empty)"] == names["budget (exact)"] == "acceptance-vs-budget"
+    assert names["mask (too big)"] == "mask-step-1" and names["compare"] == "compare-methods"
+
+
+def test_every_plot_in_the_app_has_png_and_svg_buttons_and_no_camera():
+    """The buttons beside each plot download it by its figure's name; the modebar's camera, which would save
+    `newplot.png` on a transparent background, is left out of every figure."""
+    import gradio as gr
+
+    import app
+    from studio.plots import DOWNLOAD_JS
+
+    plots = [b for b in app.demo.blocks.values() if isinstance(b, gr.Plot)]
+    assert len(plots) == 11 and all([b.value for b in p.buttons] == ["PNG", "SVG"] for p in plots)
+    assert "layout.meta" in DOWNLOAD_JS and "downloadImage" in DOWNLOAD_JS
+    assert all(list(fig.layout.modebar.remove) == ["toImage"] for fig in every_figure().values())
 
 
 def test_axes_make_room_for_their_titles_and_tick_labels():

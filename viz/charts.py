@@ -75,7 +75,8 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
     if not c and not (exact and drafted):
         if drafted:
             return chosen_budgets(records)
-        return _empty(title, "τ against the node budget b appears here after the first speculative step")
+        return _empty(title, "τ against the node budget b appears here after the first speculative step",
+                      "acceptance-vs-budget")
     fig = go.Figure()
     if c:
         fig.add_scatter(x=c["budgets"], y=c["tau"], name=COUNTERFACTUAL, line=dict(color=theme.ACCEPTED))
@@ -100,7 +101,8 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
         title += " and estimated speed-up"
     top = int(c["budgets"][-1]) if c else int(max(exact))
     note = exact_note or ((EXACT_NOTE if c else EXACT_ONLY_NOTE) if exact else None)
-    fig.update_layout(**theme.layout(title, note, xaxis=dict(title="node budget b", **_budget_ticks(1, top)),
+    fig.update_layout(**theme.layout(title, note, "acceptance-vs-budget",
+                                     xaxis=dict(title="node budget b", **_budget_ticks(1, top)),
                                      yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 
@@ -110,7 +112,8 @@ def chosen_budgets(records) -> go.Figure:
     title = "Adaptive budget: the budget chosen per step"
     steps = [r for r in _decode(records) if r.draft_tokens is not None]
     if not steps:
-        return _empty(title, "the node budget chosen at each step appears here after the first speculative step")
+        return _empty(title, "the node budget chosen at each step appears here after the first speculative step",
+                      "budget-chosen-per-step")
     budgets = [max(1, r.budget_used) for r in steps]
     lo, hi = math.floor(math.log2(min(budgets))), math.ceil(math.log2(max(budgets)))
     lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
@@ -120,7 +123,8 @@ def chosen_budgets(records) -> go.Figure:
                 marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
     fig.add_scatter(x=[r.step for r in steps], y=budgets, mode="lines+markers", name="node budget chosen",
                     yaxis="y2", line=dict(color=theme.ORACLE), hovertemplate="step %{x}: budget %{y}<extra></extra>")
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="step"), yaxis=dict(title="τ of the step", dtick=1),
+    fig.update_layout(**theme.layout(title, filename="budget-chosen-per-step", xaxis=dict(title="step"),
+                                     yaxis=dict(title="τ of the step", dtick=1),
                                      yaxis2=dict(title="node budget b", overlaying="y", side="right", showgrid=False,
                                                  **ticks)))
     return fig
@@ -137,7 +141,7 @@ def tau_per_step(records) -> go.Figure:
     title = "Acceptance length τ per step"
     steps = _decode(records)
     if not steps:
-        return _empty(title, "τ of each step appears here after the first speculative step")
+        return _empty(title, "τ of each step appears here after the first speculative step", "tau-per-step")
     fig = go.Figure(go.Bar(x=[r.step for r in steps], y=[r.tau for r in steps], marker_color=theme.ACCEPTED,
                            name="τ of the step", hovertemplate="step %{x}: τ %{y}<extra></extra>"))
     if steps[0].oracle_depth is not None:
@@ -146,7 +150,8 @@ def tau_per_step(records) -> go.Figure:
                         name="oracle bound on τ: 1 + deepest depth the target's continuation stays in the "
                              "drafter's top-K",
                         hovertemplate="step %{x}: oracle bound τ ≤ %{y}<extra></extra>")
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="step"), yaxis=dict(title="τ (tokens / target forward)")))
+    fig.update_layout(**theme.layout(title, filename="tau-per-step", xaxis=dict(title="step"),
+                                     yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 
 
@@ -154,12 +159,14 @@ def histogram(records) -> go.Figure:
     title = "Acceptance histogram: how often each τ occurred"
     taus = [r.tau for r in _decode(records)]
     if not taus:
-        return _empty(title, "the share of steps per τ appears here after the first speculative step")
+        return _empty(title, "the share of steps per τ appears here after the first speculative step",
+                      "acceptance-histogram")
     values, counts = np.unique(taus, return_counts=True)
     fig = go.Figure(go.Bar(x=list(values), y=[100 * c / len(taus) for c in counts], marker_color=theme.ACCEPTED,
                            name="steps with this τ (%)",
                            hovertemplate="τ = %{x}: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="τ of a step", dtick=1), yaxis=dict(title="% of steps")))
+    fig.update_layout(**theme.layout(title, filename="acceptance-histogram", xaxis=dict(title="τ of a step", dtick=1),
+                                     yaxis=dict(title="% of steps")))
     return fig
 
 
@@ -168,12 +175,13 @@ def depth_rates(records) -> go.Figure:
     steps = _decode(records)
     depth = max((r.tree.max_depth for r in steps), default=0)
     if not depth:
-        return _empty(title, "the share of steps accepting each depth appears here after the first speculative step")
+        return _empty(title, "the share of steps accepting each depth appears here after the first speculative step",
+                      "per-depth-acceptance")
     rates = [100 * sum(r.accepted_drafts >= d for r in steps) / len(steps) for d in range(1, depth + 1)]
     fig = go.Figure(go.Bar(x=list(range(1, depth + 1)), y=rates, marker_color=theme.ACCEPTED,
                            name="steps accepting a draft at depth ≥ d (%)",
                            hovertemplate="depth %{x}: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="depth d", dtick=1),
+    fig.update_layout(**theme.layout(title, filename="per-depth-acceptance", xaxis=dict(title="depth d", dtick=1),
                                      yaxis=dict(title="% of steps accepting depth ≥ d", range=[0, 100])))
     return fig
 
@@ -182,11 +190,12 @@ def time_breakdown(records) -> go.Figure:
     title = "Time per step, by phase"
     steps = _decode(records)
     if not steps:
-        return _empty(title, "the time of each step's phases appears here after the first speculative step")
+        return _empty(title, "the time of each step's phases appears here after the first speculative step",
+                      "time-per-phase")
     fig = go.Figure([go.Bar(x=[r.step for r in steps], y=[1000 * r.seconds.get(p, 0.0) for r in steps], name=name,
                             marker_color=color, hovertemplate=f"step %{{x}}: {p} %{{y:.1f}} ms<extra></extra>")
                      for p, (name, color) in PHASES.items()])
-    fig.update_layout(**theme.layout(title, barmode="stack", xaxis=dict(title="step"),
+    fig.update_layout(**theme.layout(title, filename="time-per-phase", barmode="stack", xaxis=dict(title="step"),
                                      yaxis=dict(title="time (ms)")))
     return fig
 
@@ -195,7 +204,8 @@ def calibration(records) -> go.Figure:
     title = "Calibration: expected vs accepted drafts per step"
     steps = [r for r in _decode(records) if r.tree.size > 0]
     if not steps:
-        return _empty(title, "expected against accepted drafts appears here after the first step with a draft tree")
+        return _empty(title, "expected against accepted drafts appears here after the first step with a draft tree",
+                      "calibration")
     exp = [r.expected_accepted for r in steps]
     real = [r.accepted_drafts for r in steps]
     top = max(exp + real + [1])
@@ -204,7 +214,8 @@ def calibration(records) -> go.Figure:
                      go.Scatter(x=exp, y=real, mode="markers", marker=dict(color=theme.BONUS, opacity=0.75, size=9),
                                 name="a step", text=[f"step {r.step}" for r in steps],
                                 hovertemplate="%{text}: expected %{x:.2f}, accepted %{y}<extra></extra>")])
-    fig.update_layout(**theme.layout(title, xaxis=dict(title="expected accepted drafts Σ q(u)"),
+    fig.update_layout(**theme.layout(title, filename="calibration",
+                                     xaxis=dict(title="expected accepted drafts Σ q(u)"),
                                      yaxis=dict(title="accepted drafts")))
     return fig
 
@@ -234,6 +245,7 @@ def icicle(record, texts: dict[int, str], max_nodes: int = 600) -> go.Figure:
                     marker=dict(symbol="square", size=12, color=theme.ACCEPTED))
     fig.update_layout(**theme.layout("Prefix probabilities of the draft tree (icicle)",
                                      "width = share of the parent's probability; gaps = mass the tree did not draft",
+                                     f"icicle-step-{record.step}",
                                      margin=dict(l=5, r=5, t=60, b=40),
                                      xaxis=dict(visible=False), yaxis=dict(visible=False)))
     return fig
@@ -258,7 +270,7 @@ def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:
     tree = record.tree
     if len(tree.tokens) > limit:
         return _empty(title, f"the mask is shown for trees of at most {limit} nodes (this one has "
-                             f"{len(tree.tokens)})")
+                             f"{len(tree.tokens)})", f"mask-step-{record.step}")
     labels = [f"{i}:{theme.label(texts.get(t, str(t)), 16)}" for i, t in enumerate(tree.tokens)]
     fig = go.Figure(go.Heatmap(z=ancestor_mask(tree).astype(int), x=labels, y=labels, showscale=False,
                                colorscale=[[0, MASKED], [1, theme.BONUS]], xgap=1, ygap=1, name="mask",
@@ -266,7 +278,8 @@ def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:
     for name, colour in (("row attends to column (an ancestor or itself)", theme.BONUS), ("masked", MASKED)):
         fig.add_scatter(x=[None], y=[None], mode="markers", name=name,
                         marker=dict(symbol="square", size=12, color=colour, line=dict(color=theme.LINE, width=1)))
-    fig.update_layout(**theme.layout(title, xaxis=dict(tickangle=-90, showgrid=False),
+    fig.update_layout(**theme.layout(title, filename=f"mask-step-{record.step}",
+                                     xaxis=dict(tickangle=-90, showgrid=False),
                                      yaxis=dict(autorange="reversed", showgrid=False),
                                      height=max(380, 14 * len(labels) + 180)))
     return fig
@@ -280,7 +293,8 @@ def compare_bars(rows: list[dict]) -> go.Figure:
 
     title = "Compare methods (same prompt and settings)"
     if not rows:
-        return _empty(title, "τ, tokens/s and speed-up of each method appear here once the comparison runs")
+        return _empty(title, "τ, tokens/s and speed-up of each method appear here once the comparison runs",
+                      "compare-methods")
     names = [str(r.get("method", "?")) for r in rows]
     metrics = (("tau", "τ (tokens / target forward)", theme.ACCEPTED), ("tokens/s", "tokens/s", theme.DRAFT),
                ("speedup", "speed-up × (vs plain decoding)", theme.BONUS))
@@ -291,15 +305,16 @@ def compare_bars(rows: list[dict]) -> go.Figure:
                     texttemplate="%{x}", textposition="auto", row=1, col=col,
                     hovertemplate="%{y}: %{x}<extra>" + name + "</extra>")
     fig.update_annotations(font_size=13)          # the subplot titles, under the figure's own
-    fig.update_layout(**theme.layout(title, height=380, margin=dict(l=50, r=30, t=80, b=50),
+    fig.update_layout(**theme.layout(title, filename="compare-methods", height=380, margin=dict(l=50, r=30, t=80, b=50),
                                      yaxis=dict(autorange="reversed")))
     return fig
 
 
-def _empty(title: str, message: str) -> go.Figure:
+def _empty(title: str, message: str, filename: str) -> go.Figure:
     """A placeholder with the chart's title and what will appear there."""
     fig = go.Figure()
-    fig.update_layout(**theme.layout(title, showlegend=False, xaxis=dict(visible=False), yaxis=dict(visible=False),
+    fig.update_layout(**theme.layout(title, filename=filename, showlegend=False, xaxis=dict(visible=False),
+                                     yaxis=dict(visible=False),
                                      annotations=[dict(text=message, showarrow=False,
                                                        font=dict(color=theme.MUTED))]))
     return fig

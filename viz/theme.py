@@ -36,15 +36,18 @@ LEGEND = dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref=
               bgcolor=TRANSPARENT, font=dict(size=12))
 
 
-def layout(title: str, subtitle: str | None = None, **kw) -> dict:
+def layout(title: str, subtitle: str | None = None, filename: str = "figure", **kw) -> dict:
     """Shared layout: a title on every figure, transparent backgrounds, margins that grow to fit tick labels and
-    axis titles, the legend under the plot, the user's zoom kept across streamed updates."""
+    axis titles, the legend under the plot, the user's zoom kept across streamed updates; `filename` (no suffix)
+    names the figure's PNG and SVG downloads (`layout.meta`, read by the app's download buttons, which stand in for
+    the modebar's camera)."""
     text = dict(text=title, subtitle=dict(text=subtitle, font=dict(size=12, color=MUTED))) if subtitle else \
         dict(text=title)
     base = dict(template=TEMPLATE, font=FONT, title=dict(x=0.01, xanchor="left", font=dict(size=15), **text),
+                meta=dict(filename=filename),
                 margin=dict(l=50, r=30, t=60 if subtitle else 45, b=50), uirevision="keep",
                 paper_bgcolor=TRANSPARENT, plot_bgcolor=TRANSPARENT, showlegend=True, legend=LEGEND,
-                modebar=dict(bgcolor=TRANSPARENT, color=MUTED, activecolor=BONUS))
+                modebar=dict(bgcolor=TRANSPARENT, color=MUTED, activecolor=BONUS, remove=["toImage"]))
     base.update(kw)
     return base
 

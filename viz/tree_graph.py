@@ -119,7 +119,8 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
         title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
     fig = go.Figure([edges, nodes] + ([rings] if found else []) + [accepted, bonus])
     fig.update_layout(**theme.layout(
-        title if "tree" in title.lower() else f"Draft tree, {title}", height=height, margin=MARGIN,
+        title if "tree" in title.lower() else f"Draft tree, {title}", filename=f"tree-step-{record.step}",
+        height=height, margin=MARGIN,
         annotations=annotations,
         xaxis=dict(title="depth (tokens after the bonus root)", dtick=1, zeroline=False, showgrid=True,
                    range=[-0.5, max(bonus_x, max(x)) + 0.6]),
