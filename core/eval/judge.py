@@ -5,10 +5,14 @@
 The benchmark decodes for real, and in bf16 a drafter that tips one near-tie sends the reply down another path:
 per-prompt τ then swings by whole tokens for reasons that are not the drafter's. At temperature 0 the loop is
 lossless, so it emits the target's greedy reply, and each step accepts the longest tree path that matches that
-reply. This replays exactly that walk against one reference reply per prompt, decoded once by plain decoding:
-one target forward over prompt + reply gives every context feature, then each step costs one drafter forward and
-one tree build, no verification. Every drafter is measured on the same tokens, in a fraction of a benchmark's
-time; where the real loop emits the reference (fp32: always), its τ is the same, step for step (a test checks it).
+reply. This replays exactly that walk (`core.replay`) against one reference reply per prompt, decoded once by plain
+decoding: one target forward over prompt + reply gives every context feature, then each step costs one drafter
+forward and one tree build, no verification. Every drafter is measured on the same tokens, in a fraction of a
+benchmark's time; where the real loop emits the reference (fp32: always), its τ is the same, step for step (a test
+checks it).
+
+`--curves` instead decodes each prompt for real at each budget B and sets the app's counterfactual budget curve
+(that run's trees cut to b nodes) beside the exact one (a run at b replayed on the same reply), b = 1, 2, 4, ... B.
 """
 from __future__ import annotations
 
