@@ -6,7 +6,7 @@ positions a..a+B-1 whose position k is trained to predict x_{a+k}.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +103,9 @@ class BlockBatch:
     mask: torch.Tensor         # [1, 1, N*B, T + N*B] bool, True = attend
     labels: torch.Tensor       # [N, B-1] x_{a+k}, -100 where no loss
     weights: torch.Tensor      # [B-1] exp(-(k-1)/gamma)
+
+    def to(self, device: torch.device) -> "BlockBatch":
+        return BlockBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
 
 
 def make_blocks(seq: Sequence, block_size: int, mask_token_id: int, max_anchors: int, gamma: float,

@@ -22,7 +22,7 @@ from core.training.data import Sequence
 def target_pass(target, ids: torch.Tensor, layer_ids: list[int], autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """One frozen forward over a sequence: ([T, n_taps*H] tapped features, [T] the target's argmax at each
     position, i.e. its greedy choice for the next token)."""
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.no_grad(), torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         out = target(input_ids=ids[None], output_hidden_states=True, logits_to_keep=0)
         return extract_features(out.hidden_states, layer_ids)[0].float(), out.logits[0].argmax(-1)
 
@@ -48,13 +48,15 @@ class FeatureCache:
         feats, greedy = stem.with_suffix(".feat.npy"), stem.with_suffix(".greedy.npy")
         if feats.is_file() and greedy.is_file():
             self.hits += 1
-            return (torch.from_numpy(np.load(feats, mmap_mode="r").astype(np.float32)),
-                    torch.from_numpy(np.load(greedy).astype(np.int64)))
+            device = self.target.device
+            return (torch.from_numpy(np.load(feats, mmap_mode="r").astype(np.float32)).to(device),
+                    torch.from_numpy(np.load(greedy).astype(np.int64)).to(device))
         self.misses += 1
-        features, choice = target_pass(self.target, torch.as_tensor(seq.ids), self.layer_ids, self.autocast)
+        ids = torch.as_tensor(seq.ids, device=self.target.device)
+        features, choice = target_pass(self.target, ids, self.layer_ids, self.autocast)
         half = features.half()
-        _save(feats, (half if torch.isfinite(half).all() else features).numpy())
-        _save(greedy, choice.to(torch.int32).numpy())    # written last: its presence marks a whole entry
+        _save(feats, (half if torch.isfinite(half).all() else features).cpu().numpy())
+        _save(greedy, choice.to(torch.int32).cpu().numpy())    # written last: its presence marks a whole entry
         return features, choice
 
 

@@ -82,8 +82,8 @@ def generate(args) -> None:
         rows = []
         try:
             for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
-                                                {tok.eos_token_id}, sampled, generator=torch.Generator().manual_seed(
-                                                    seed)):
+                                                {tok.eos_token_id}, sampled,
+                                                generator=torch.Generator(target.device).manual_seed(seed)):
                 rows.append({"key": key(prompts[i]), "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
                              "sampled": sampled(i)})
                 made += len(reply)

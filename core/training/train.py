@@ -56,7 +56,7 @@ def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool
     gives each block its T + B keys."""
     out = None
     if features is None:
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.no_grad(), torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             out = target(input_ids=batch.ids[None], output_hidden_states=True,
                          logits_to_keep=0 if all_target_logits else 1)
             features = extract_features(out.hidden_states, drafter.target_layer_ids)[0].float()  # [T, n*H]
@@ -65,7 +65,7 @@ def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool
     head = target.get_output_embeddings()
     n, b1 = batch.labels.shape
     depth = min(depth or b1, b1)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         if packed:
             hidden = drafter(features[None], noise[None], batch.positions[None], attention_mask=batch.mask)
         else:
@@ -93,11 +93,11 @@ def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, 
     n, depth = logits.shape[:2]
     labels = batch.labels[:, :depth]                                                            # [N, depth] ids
     if greedy is not None:       # the target's choice at a+k given x_{<a+k}: its argmax at position a+k-1
-        src = batch.anchors[:, None] + torch.arange(depth)[None]                                # [N, depth]
+        src = batch.anchors[:, None] + torch.arange(depth, device=labels.device)[None]          # [N, depth]
         labels = torch.where(labels >= 0, greedy[src.clamp(max=len(greedy) - 1)], labels)
     if readout is not None:      # token ids -> readout columns; a label outside the readout carries no loss
-        column = torch.full((head.weight.shape[0],), -100, dtype=torch.long)
-        column[readout] = torch.arange(len(readout))
+        column = torch.full((head.weight.shape[0],), -100, dtype=torch.long, device=labels.device)
+        column[readout] = torch.arange(len(readout), device=labels.device)
         labels = torch.where(labels >= 0, column[labels.clamp(min=0)], labels)
     valid = labels >= 0
     log_q = F.log_softmax(logits.float(), -1)                                                   # [N, depth, V]
@@ -115,7 +115,7 @@ def weighted_loss(drafter, target, batch, autocast: bool, distill: float = 0.0, 
 
 def soft_labels(target_logits: torch.Tensor, anchors: torch.Tensor, b1: int) -> torch.Tensor:
     """log p(x_{a+k} | x_{<a+k}) for k = 1..B-1 of each anchor a: the target's logits at a+k-1. [T, V] -> [N, B-1, V]"""
-    src = (anchors[:, None] + torch.arange(b1)[None]).clamp(max=target_logits.shape[0] - 1)
+    src = (anchors[:, None] + torch.arange(b1, device=anchors.device)[None]).clamp(max=target_logits.shape[0] - 1)
     return F.log_softmax(target_logits[src].float(), -1)
 
 
@@ -147,12 +147,12 @@ def param_groups(drafter, init_lr_scale: float, n_init: int | None) -> list[dict
 def save_checkpoint(folder: Path, drafter, opt, state: dict) -> None:
     """Drafter + AdamW moments as safetensors, counters as JSON; written to temp files, then renamed."""
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in drafter.state_dict().items()
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in drafter.state_dict().items()
                if not k.startswith("rotary_emb")}
     for i, p in enumerate(p for g in opt.param_groups for p in g["params"]):
         st = opt.state.get(p)
         if st:
-            tensors[f"opt.{i}.exp_avg"], tensors[f"opt.{i}.exp_avg_sq"] = st["exp_avg"], st["exp_avg_sq"]
+            tensors[f"opt.{i}.exp_avg"], tensors[f"opt.{i}.exp_avg_sq"] = st["exp_avg"].cpu(), st["exp_avg_sq"].cpu()
             state.setdefault("opt_steps", {})[str(i)] = float(st["step"])
     save_file(tensors, str(folder / ".ckpt.tmp"))
     (folder / ".state.tmp").write_text(json.dumps(state))
@@ -171,7 +171,8 @@ def load_checkpoint(folder: Path, drafter, opt) -> dict | None:
             if tensors[f"opt.{i}.exp_avg"].shape != p.shape:
                 raise SystemExit(f"{folder}: its optimizer state does not fit these parameters; resume with the "
                                  f"flags it started with (--deepen, --init-lr-scale)")
-            opt.state[p] = {"exp_avg": tensors[f"opt.{i}.exp_avg"], "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"],
+            opt.state[p] = {"exp_avg": tensors[f"opt.{i}.exp_avg"].to(p.device),
+                            "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"].to(p.device),
                             "step": torch.tensor(state["opt_steps"][str(i)])}
     return state
 
@@ -248,9 +249,7 @@ def train(args) -> None:
     bar = tqdm(total=args.steps, initial=state["step"], desc="train", dynamic_ncols=True, mininterval=5.0)
     last_ckpt = last_eval = time.time()
     acc_c = acc_n = torch.zeros(min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1))
-    cache = None if args.feature_cache == "off" else FeatureCache(
-        out / "features" if args.feature_cache == "auto" else args.feature_cache, target, drafter.target_layer_ids,
-        args.bf16)
+    cache = _feature_cache(args, out, target, drafter)
     while state["step"] < args.steps:
         seqs = [s for s in load_sequences(args.data, tokenizer=tok)
                 if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed]
@@ -313,8 +312,18 @@ def _drafter(args, target, tok):
     else:
         drafter = DFlashDrafter.from_config_dict(cfg)
         init_weights(drafter, seed=args.seed)
+        drafter.to(target.device)
         n_init = None
     return drafter, n_init
+
+
+def _feature_cache(args, out: Path, target, drafter) -> FeatureCache | None:
+    """The frozen target's features on disk ('auto': OUT/features on a CPU; an accelerator recomputes them faster
+    than a disk reads them)."""
+    if args.feature_cache == "off" or (args.feature_cache == "auto" and target.device.type != "cpu"):
+        return None
+    folder = out / "features" if args.feature_cache == "auto" else Path(args.feature_cache)
+    return FeatureCache(folder, target, drafter.target_layer_ids, args.bf16)
 
 
 def _draft_vocab(args, target, tok, allowed: set) -> list[int] | None:
@@ -330,8 +339,9 @@ def _accumulate(drafter, target, batch_seqs, args, rng, acc_c, acc_n, cache: Fea
     total = 0.0
     for seq in batch_seqs:
         batch = make_blocks(seq, drafter.block_size, drafter.mask_token_id, args.anchors, args.gamma, rng,
-                            args.tokens_per_anchor)
+                            args.tokens_per_anchor).to(target.device)
         readout = readout_ids(drafter, seq.ids[: seq.prompt_len]) if args.draft_readout else None
+        readout = None if readout is None else readout.to(target.device)
         features, greedy = (cache.get(seq) if cache is not None else
                             target_pass(target, batch.ids, drafter.target_layer_ids, args.bf16))
         if args.distill:         # the soft labels need the target's logits at every position: its forward again
@@ -341,7 +351,7 @@ def _accumulate(drafter, target, batch_seqs, args, rng, acc_c, acc_n, cache: Fea
                                              args.attention == "packed")
         (loss / args.accum).backward()
         total += loss.item() / args.accum
-        acc_c, acc_n = acc_c * 0.98 + correct, acc_n * 0.98 + count
+        acc_c, acc_n = acc_c * 0.98 + correct.cpu(), acc_n * 0.98 + count.cpu()
     return total, acc_c, acc_n
 
 
