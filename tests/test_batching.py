@@ -37,6 +37,35 @@ def test_sampled_rows_are_reproducible_and_differ_from_greedy():
     assert draws[0] == draws[1] and draws[0] != greedy
 
 
+def test_captured_features_are_the_targets_forward_over_prompt_and_reply(tmp_path):
+    """What generation captures for training (tapped features and greedy choices, prompt and reply positions, some
+    replies sampled) is what one target forward over the finished sequence gives, and the feature cache then
+    serves it without running the target."""
+    from core.training.data import Sequence
+    from core.training.features import FeatureCache, target_pass
+
+    target = tiny_target("llama", seed=5)
+    rng = np.random.default_rng(1)
+    prompts = [[0] + rng.integers(2, 90, size=int(n)).tolist() for n in (3, 12, 5, 9)]
+    cache = FeatureCache(tmp_path, target, [0, 1], autocast=False)
+    seqs = {}
+
+    def capture(i, reply, features, greedy):
+        seqs[i] = Sequence(str(i), np.asarray(prompts[i] + reply), len(prompts[i]))
+        cache.put(seqs[i], features, greedy)
+
+    replies = dict(continuous_generate(target, prompts, 20, 3, {1}, lambda i: i % 2 == 1, 1.0,
+                                       torch.Generator().manual_seed(0), capture=capture, taps=[0, 1]))
+    assert sorted(seqs) == sorted(replies) == [0, 1, 2, 3]
+    for i, seq in seqs.items():
+        want_f, want_g = target_pass(target, torch.as_tensor(seq.ids), [0, 1], autocast=False)
+        features, greedy = cache.get(seq)
+        assert features.shape == want_f.shape
+        assert torch.allclose(features[:-1], want_f[:-1], rtol=1e-3, atol=1e-3), i      # the last token: never fed
+        assert torch.equal(greedy[:-1], want_g[:-1]), i
+    assert cache.misses == 0
+
+
 def test_generate_data_end_to_end_resumes(tmp_path, monkeypatch):
     """The data CLI on the embedded target: shards of chat-templated prompts + replies, resumed without repeats."""
     import sys
@@ -50,13 +79,21 @@ def test_generate_data_end_to_end_resumes(tmp_path, monkeypatch):
 
     cli("--limit", "4")
     first = generate_data.done_keys(tmp_path)
-    cli("--limit", "7")
+    cli("--limit", "7", "--features", str(tmp_path / "features"), "--dtype", "fp32")
     shards = sorted(p.name for p in tmp_path.glob("shard-*.npz"))
     keys = generate_data.done_keys(tmp_path)
     assert len(first) == 4 and len(keys) == 7 and first <= keys
     assert shards == ["shard-00000.npz", "shard-00001.npz", "shard-00002.npz"]
     d = np.load(tmp_path / shards[0], allow_pickle=False)
     assert all(0 < n - p <= 6 for n, p in zip(d["lengths"], d["prompt_lengths"]))
+    from core.models import load_target
+    from core.training.data import load_sequences
+    from core.training.features import FeatureCache
+
+    cache = FeatureCache(tmp_path / "features", load_target(dtype="fp32")[0], generate_data._shipped_taps(), False)
+    new = [s for s in load_sequences(tmp_path, min_reply=1) if s.key not in first]
+    assert len(new) == 3 and all(cache.get(s)[0].shape[0] == len(s.ids) for s in new)
+    assert (cache.hits, cache.misses) == (3, 0)     # the second call's replies were captured as they were made
 
 
 def test_interrupt_keeps_finished_replies(tmp_path, monkeypatch):

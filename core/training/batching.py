@@ -12,7 +12,10 @@ from typing import Callable, Iterator
 
 import torch
 
+from core.dflash import extract_features
 from core.kv_cache import cache_kwargs, new_cache
+
+Capture = Callable[[int, list[int], torch.Tensor, torch.Tensor], None]
 
 
 def _layers(cache):
@@ -22,9 +25,13 @@ def _layers(cache):
 @torch.inference_mode()
 def continuous_generate(target, prompts: list[list[int]], max_new_tokens: int, slots: int, stop_ids: set[int],
                         sampled: Callable[[int], bool], temperature: float = 0.8,
-                        generator: torch.Generator | None = None) -> Iterator[tuple[int, list[int]]]:
+                        generator: torch.Generator | None = None, capture: Capture | None = None,
+                        taps: list[int] = ()) -> Iterator[tuple[int, list[int]]]:
     """Yield (prompt index, reply ids) as replies finish (in any order). `sampled(i)` says whether prompt i is
-    sampled at `temperature` (else greedy). The reply includes its stop token when it has one."""
+    sampled at `temperature` (else greedy). The reply includes its stop token when it has one. `capture(i, reply,
+    features, greedy)`, called before prompt i's reply is yielded, receives what training needs from the target
+    and decoding computed anyway: the `taps` layers' outputs [T, n_taps*H] and the argmax [T] at each of the T
+    prompt + reply positions (the last token, never fed, gets zeros: no training block reads it)."""
     device = target.device
     queue = list(range(len(prompts)))[::-1]
     rows: list[dict | None] = [None] * slots       # per slot: prompt index, position, reply so far
@@ -38,23 +45,15 @@ def continuous_generate(target, prompts: list[list[int]], max_new_tokens: int, s
         i = queue.pop()
         ids = torch.tensor([prompts[i]], device=device)
         one = new_cache(target)
-        logits = target(input_ids=ids, **cache_kwargs(target, one), logits_to_keep=1).logits[0, -1]
+        out = target(input_ids=ids, **cache_kwargs(target, one), logits_to_keep=0 if capture else 1,
+                     output_hidden_states=capture is not None)
+        logits = out.logits[0, -1]
         p = ids.shape[1]
         if cache is None:
-            cache = new_cache(target)
-            for layer, lo in zip(cache.layers, one.layers):
-                layer.lazy_initialization(lo.keys, lo.values)          # dtype and device of the model's cache
-                layer.keys = lo.keys.new_zeros((slots, lo.keys.shape[1], p, lo.keys.shape[-1]))
-                layer.values = lo.values.new_zeros((slots, lo.values.shape[1], p, lo.values.shape[-1]))
-            width = p
+            cache, width = _shared_cache(target, one, slots, p), p
             visible = torch.zeros(slots, p, dtype=torch.bool, device=device)
         if p > width:                               # make room on the left for a long prompt
-            pad = p - width
-            for layer, k, v in _layers(cache):
-                setattr(layer, k, torch.nn.functional.pad(getattr(layer, k), (0, 0, pad, 0)))
-                setattr(layer, v, torch.nn.functional.pad(getattr(layer, v), (0, 0, pad, 0)))
-            visible = torch.nn.functional.pad(visible, (pad, 0))
-            width = p
+            visible, width = _pad_left(cache, visible, p - width), p
         for (layer, k, v), (lo, lk, lv) in zip(_layers(cache), _layers(one)):
             getattr(layer, k)[slot, :, width - p:] = getattr(lo, lk)[0]
             getattr(layer, v)[slot, :, width - p:] = getattr(lo, lv)[0]
@@ -62,12 +61,17 @@ def continuous_generate(target, prompts: list[list[int]], max_new_tokens: int, s
         visible[slot, width - p:] = True
         token = _pick(logits, sampled(i), temperature, generator)
         rows[slot] = {"i": i, "pos": p, "reply": [token]}
+        if capture:
+            rows[slot]["feats"] = [extract_features(out.hidden_states, taps)[0]]     # [P, n_taps*H]
+            rows[slot]["greedy"] = [out.logits[0].argmax(-1)]                       # [P]
 
     for s in range(min(slots, len(queue))):
         admit(s)
     while any(r is not None for r in rows):
         for s, r in enumerate(rows):               # finished rows leave; the next prompt takes the slot
             if r is not None and (r["reply"][-1] in stop_ids or len(r["reply"]) >= max_new_tokens):
+                if capture:
+                    _hand_over(r, capture)
                 yield r["i"], r["reply"]
                 rows[s] = None
                 if queue:
@@ -83,21 +87,55 @@ def continuous_generate(target, prompts: list[list[int]], max_new_tokens: int, s
         mask = step_visible.long()
         mask[[s for s in range(slots) if rows[s] is None], -1] = 1    # empty rows attend to themselves only
         out = target(input_ids=tokens, attention_mask=mask, position_ids=positions, **cache_kwargs(target, cache),
-                     logits_to_keep=1)
+                     logits_to_keep=1, output_hidden_states=capture is not None)
+        step_feats = extract_features(out.hidden_states, taps)[:, -1:] if capture else None  # [slots, 1, n*H]
         visible, width = step_visible, width + 1
         for s in live:
             r = rows[s]
             r["pos"] += 1
             r["reply"].append(_pick(out.logits[s, -1], sampled(r["i"]), temperature, generator))
+            if capture:
+                r["feats"].append(step_feats[s])
+                r["greedy"].append(out.logits[s, -1:].argmax(-1))
         steps += 1
-        if steps % 32 == 0:                        # drop columns no live row can see
-            seen = visible.any(0).nonzero()
-            first = int(seen[0]) if len(seen) else width
-            if first > 0:
-                for layer, k, v in _layers(cache):
-                    setattr(layer, k, getattr(layer, k)[:, :, first:].contiguous())
-                    setattr(layer, v, getattr(layer, v)[:, :, first:].contiguous())
-                visible, width = visible[:, first:], width - first
+        if steps % 32 == 0:
+            visible, width = _drop_unseen(cache, visible, width)
+
+
+def _shared_cache(target, one, slots: int, width: int):
+    """An empty cache of `slots` rows and `width` columns, of the dtype and device of `one`, a prompt's own."""
+    cache = new_cache(target)
+    for layer, lo in zip(cache.layers, one.layers):
+        layer.lazy_initialization(lo.keys, lo.values)
+        layer.keys = lo.keys.new_zeros((slots, lo.keys.shape[1], width, lo.keys.shape[-1]))
+        layer.values = lo.values.new_zeros((slots, lo.values.shape[1], width, lo.values.shape[-1]))
+    return cache
+
+
+def _pad_left(cache, visible: torch.Tensor, pad: int) -> torch.Tensor:
+    """`pad` empty columns on the left of every row (room for a prompt longer than the cache is wide)."""
+    for layer, k, v in _layers(cache):
+        setattr(layer, k, torch.nn.functional.pad(getattr(layer, k), (0, 0, pad, 0)))
+        setattr(layer, v, torch.nn.functional.pad(getattr(layer, v), (0, 0, pad, 0)))
+    return torch.nn.functional.pad(visible, (pad, 0))
+
+
+def _drop_unseen(cache, visible: torch.Tensor, width: int) -> tuple[torch.Tensor, int]:
+    """Drop the cache columns no live row can see any more."""
+    seen = visible.any(0).nonzero()
+    first = int(seen[0]) if len(seen) else width
+    if first > 0:
+        for layer, k, v in _layers(cache):
+            setattr(layer, k, getattr(layer, k)[:, :, first:].contiguous())
+            setattr(layer, v, getattr(layer, v)[:, :, first:].contiguous())
+    return visible[:, first:], width - first
+
+
+def _hand_over(row: dict, capture: Capture) -> None:
+    """A finished row's captured features and greedy choices, with zeros for its last, never fed, token."""
+    feats = torch.cat(row["feats"])
+    capture(row["i"], row["reply"], torch.cat([feats, feats.new_zeros(1, feats.shape[1])]),
+            torch.cat([*row["greedy"], row["greedy"][0].new_zeros(1)]))
 
 
 def _pick(logits: torch.Tensor, sample: bool, temperature: float, generator) -> int:

@@ -54,10 +54,16 @@ class FeatureCache:
         self.misses += 1
         ids = torch.as_tensor(seq.ids, device=self.target.device)
         features, choice = target_pass(self.target, ids, self.layer_ids, self.autocast)
-        half = features.half()
-        _save(feats, (half if torch.isfinite(half).all() else features).cpu().numpy())
-        _save(greedy, choice.to(torch.int32).cpu().numpy())    # written last: its presence marks a whole entry
+        self.put(seq, features, choice)
         return features, choice
+
+    def put(self, seq: Sequence, features: torch.Tensor, greedy: torch.Tensor) -> None:
+        """Store a sequence's features [T, n_taps*H] and greedy choices [T] (from `get`'s forward, or captured
+        while the data was generated: `core.training.batching`)."""
+        stem = self._stem(seq)
+        half = features.half()
+        _save(stem.with_suffix(".feat.npy"), (half if torch.isfinite(half).all() else features.float()).cpu().numpy())
+        _save(stem.with_suffix(".greedy.npy"), greedy.to(torch.int32).cpu().numpy())   # last: marks a whole entry
 
 
 def _save(path: Path, array: np.ndarray) -> None:

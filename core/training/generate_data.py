@@ -16,6 +16,7 @@ once round 1 has answered every one of them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -28,7 +29,9 @@ import torch
 from core.eval.benchmark import add_dtype_option, announce_dtype, progress
 from core.models import encode_chat, load_target
 from core.training.batching import continuous_generate
-from core.training.data import export_replies, source_mix
+from core.config import MODEL_PAIRS
+from core.training.data import Sequence, export_replies, source_mix
+from core.training.features import FeatureCache
 from core.training.prompts import is_held_out, round_key, training_prompts
 
 
@@ -80,9 +83,10 @@ def generate(args) -> None:
         encoded = [encode_chat(tok, p.text)[: args.max_prompt_tokens] for p in prompts]
         sampled = lambda i: args.round > 1 or i % args.sample_every == args.sample_every - 1     # noqa: E731
         rows = []
+        capture = _capture(args, target, encoded, [key(p) for p in prompts])
         try:
             for i, reply in continuous_generate(target, encoded, args.max_new_tokens, args.batch_size,
-                                                {tok.eos_token_id}, sampled,
+                                                {tok.eos_token_id}, sampled, capture=capture, taps=args.taps,
                                                 generator=torch.Generator(target.device).manual_seed(seed)):
                 rows.append({"key": key(prompts[i]), "ids": encoded[i] + reply, "prompt_len": len(encoded[i]),
                              "sampled": sampled(i)})
@@ -124,6 +128,21 @@ def generate(args) -> None:
     bar.close()
 
 
+def _capture(args, target, encoded: list[list[int]], keys: list[str]):
+    """With --features: a `continuous_generate` capture that stores each finished sequence's target features and
+    greedy choices where training reads them (`core.training.features`), so its first epoch skips the target."""
+    if not args.features:
+        return None
+    cache = FeatureCache(args.features, target, args.taps, target.dtype == torch.bfloat16)
+    return lambda i, reply, features, greedy: cache.put(
+        Sequence(keys[i], np.asarray(encoded[i] + reply, dtype=np.int64), len(encoded[i])), features, greedy)
+
+
+def _shipped_taps() -> list[int]:
+    config = json.loads((Path(MODEL_PAIRS["smollm2-135m"].drafter) / "config.json").read_text())
+    return config["dflash_config"]["target_layer_ids"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/data", help="folder for the shards (created; resumable)")
@@ -145,6 +164,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--export-replies", default=None,
                     help="instead of generating: write the replies of --out's shards (no prompts) to this .npz")
+    ap.add_argument("--features", default=None,
+                    help="also store each reply's target features and greedy choices here, for training's feature "
+                         "cache (give train's OUT/features; --engine continuous)")
+    ap.add_argument("--taps", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="target layers whose outputs --features stores (default: the shipped drafter's taps)")
     ap.add_argument("--mix", action="store_true", help="instead of generating: the replies of --out by source")
     args = ap.parse_args()
     if args.export_replies:
@@ -153,6 +177,7 @@ def main() -> None:
     if args.mix:
         print(source_mix(args.out))
         return
+    args.taps = args.taps or _shipped_taps()
     if args.round < 1:
         ap.error(f"--round counts from 1 (got {args.round})")
     if args.threads:
