@@ -6,8 +6,8 @@ Replies are generated as at inference (same chat template), mostly greedy and ev
 (batch, with `--engine generate`) sampled at temperature 0.8, with continuous batching: `--batch-size`
 replies decode together and a finished one's slot takes the next prompt at once (`core.training.batching`).
 Output is sharded and resumable: each shard is an .npz of token ids (uint16 when the vocabulary fits) with the
-prompt key, the prompt length and whether the reply was sampled. Interrupt at any time; rerunning skips every
-prompt already in a shard.
+prompt key, the prompt length and whether the reply was sampled. Interrupt at any time (Ctrl-C or `kill`): the
+finished replies are written, and rerunning skips every prompt already in a shard.
 
 Every training prompt has one reply per round. `--round 2` (3, ...) answers them all again, every reply sampled at
 temperature 0.8 with the round's own seed, under keys `<prompt key>#r<round>`: more data from the same prompts,
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import zipfile
@@ -183,7 +184,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     announce_dtype(args.dtype)
+    signal.signal(signal.SIGTERM, _interrupt)      # `kill` keeps the finished replies too, as Ctrl-C does
     generate(args)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
