@@ -49,8 +49,9 @@ class FeatureCache:
         if feats.is_file() and greedy.is_file():
             self.hits += 1
             device = self.target.device
-            return (torch.from_numpy(np.load(feats, mmap_mode="r").astype(np.float32)).to(device),
-                    torch.from_numpy(np.load(greedy).astype(np.int64)).to(device))
+            stored = np.load(feats, mmap_mode="r", allow_pickle=False)
+            return (torch.from_numpy(stored.astype(np.float32)).to(device),
+                    torch.from_numpy(np.load(greedy, allow_pickle=False).astype(np.int64)).to(device))
         self.misses += 1
         ids = torch.as_tensor(seq.ids, device=self.target.device)
         features, choice = target_pass(self.target, ids, self.layer_ids, self.autocast)
