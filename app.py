@@ -33,6 +33,12 @@ EXAMPLES = [
     ["Write a short story about a robot who learns to paint."],
 ]
 TREE_HEIGHT = views.TREE_HEIGHT
+# presenter mode in the browser: the class on <html> that the page's CSS styles, and the page's theme for the figures
+PRESENTER_JS = """(on, dark, pair, state) => {
+  document.documentElement.classList.toggle("presenter", !!on);
+  return [on, document.querySelector(".dark") !== null, pair, state];
+}"""
+PRESENTER_URL_JS = "() => new URLSearchParams(window.location.search).get('presenter') === '1'"
 __all__ = ["COMPARED", "COMPARE_HEADERS", "PAIRS", "demo", "get_pair", "launch", "usable_pairs"]
 
 
@@ -59,7 +65,8 @@ def compare(state=None, request: gr.Request = None, **form):
 def launch(block: bool = False, **kwargs):
     """Launch the app with GET /health; returns launch()'s tuple (block=True serves until interrupted)."""
     start_cost_curves()
-    result = demo.launch(css=TOKEN_CSS + DARK_CSS + layout_css(TREE_HEIGHT), prevent_thread_lock=True, **kwargs)
+    css = TOKEN_CSS + DARK_CSS + layout_css(TREE_HEIGHT, views.PRESENTER_TREE["height"])
+    result = demo.launch(css=css, prevent_thread_lock=True, **kwargs)
     demo.app.add_api_route("/health", health, methods=["GET"])
     if block:
         demo.block_thread()
@@ -70,10 +77,16 @@ def launch(block: bool = False, **kwargs):
 
 with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     state = gr.State(None)
-    gr.Markdown("### Draft-tree studio — lossless speculative decoding with block-diffusion draft trees")
+    with gr.Row(equal_height=True):
+        with gr.Column(scale=6):
+            gr.Markdown("### Draft-tree studio — lossless speculative decoding with block-diffusion draft trees",
+                        elem_id="title")
+        with gr.Column(scale=1, min_width=170):
+            presenter = gr.Checkbox(False, label="Presenter mode", elem_id="presenter", container=False)
+        dark = gr.Checkbox(False, visible=False)      # the page's theme: read in the browser as presenter mode turns on
     machine = gr.Markdown("Loading the model pair…", elem_id="machine")
     with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=300):
+        with gr.Column(scale=1, min_width=300, elem_id="controls"):
             prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, elem_id="prompt", value=EXAMPLES[0][0])
             with gr.Row():
                 run_btn = gr.Button("Run", variant="primary", elem_id="run", min_width=60)
@@ -83,7 +96,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
             budget = gr.Slider(1, min(512, MAX_BUDGET), value=DEFAULT_BUDGET, step=1,
                                label="Node budget B (auto: the most it may use)", elem_id="budget")
             budget_note = gr.Markdown(elem_id="budget_note")
-            with gr.Accordion("Sampling, length, seed, model pair", open=False):
+            with gr.Accordion("Sampling, length, seed, model pair", open=False, elem_id="settings"):
                 with gr.Row():
                     temperature = gr.Number(0.0, label="Temperature", minimum=0, elem_id="temperature")
                     top_p = gr.Number(1.0, label="Top-p", minimum=0, maximum=1)
@@ -94,8 +107,8 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                     seed = gr.Number(0, label="Seed", minimum=0, precision=0)
                 pair_name = gr.Dropdown(usable_pairs(), value=usable_pairs()[0],
                                         label="Model pair (target + drafter)")
-            gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story")
-        with gr.Column(scale=3):
+            gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story", elem_id="examples")
+        with gr.Column(scale=3, elem_id="views"):
             text = gr.HTML(elem_id="out", label="Output")
             tree = plot("tree")
             caption = gr.Markdown("Press **Run** to decode the prompt, or **Step** to advance one target forward "
@@ -162,6 +175,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     timer.tick(handlers.refresh, status_inputs, status_outputs, queue=False, show_progress="hidden")
     gr.on([method.change, budget.change, pair_name.change], handlers.refresh, status_inputs, status_outputs,
           queue=False)
+    presenter.change(handlers.present, [presenter, dark, pair_name, state], OUTPUTS, js=PRESENTER_JS,
+                     concurrency_id="model", show_progress="hidden")
+    demo.load(None, None, presenter, js=PRESENTER_URL_JS)      # ?presenter=1 opens in presenter mode
     demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 

@@ -23,7 +23,7 @@ from core.replay import CURVE_METHODS, curve_budgets
 from studio.state import COSTS, EXACT, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, \
     stopped_since
 from studio.views import STEP_VIEWS, block_size, budget_figure, render, step_views, token_texts, values
-from viz import charts, page, text as words
+from viz import charts, page, text as words, theme
 
 METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
            "PRESTO-beam": "presto-beam", "Hybrid (drafter + retrieval)": "hybrid", "DDTree, auto budget": "ddtree-auto",
@@ -229,7 +229,8 @@ def compare(form: Form, state=None, request: gr.Request = None):
         rows.append(page.compare_row(label, cfg, records, page.same(div, form.temperature)))
         table = page.compare_table(rows)
         state = state | {"compared": runs, "compare_ids": ids}
-        yield table, charts.compare_bars(rows), _verdict(pair, rows, runs, form.temperature, state), state
+        bars = theme.present(charts.compare_bars(rows), state.get("presenter"))
+        yield table, bars, _verdict(pair, rows, runs, form.temperature, state), state
 
 
 def _verdict(pair, rows, runs, temperature: float, state) -> str:
@@ -255,6 +256,16 @@ def show_difference(evt: gr.SelectData, pair_name, state, request: gr.Request = 
     shown = next(i for i, r in enumerate(records) if r.step == div.step) if div else None
     return values(render(pair, records, state, None, full=True, shown=shown,
                          highlight=div.position if div else None)) + [state]
+
+
+def present(on: bool, dark: bool, pair_name, state):
+    """Presenter mode switched on or off (`dark`: the page's theme): the session keeps it, and the run on the page
+    is drawn again in its style."""
+    state = (state or fresh_state(None)) | {"presenter": ("dark" if dark else "light") if on else None}
+    records = state.get("records")
+    if not records:
+        return values({}) + [state]
+    return values(render(get_pair(pair_name), records, state, state.get("ar_tps"), full=True)) + [state]
 
 
 def refresh(method_label, budget, pair_name):

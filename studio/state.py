@@ -73,8 +73,9 @@ def keep_live(request, live: tuple) -> None:
 
 
 def fresh_state(state) -> dict:
-    """A session's state for a new run: no records or token texts, the plain-decoding baselines kept."""
-    return {"records": [], "texts": {}, "ar": (state or {}).get("ar", {})}
+    """A session's state for a new run: no records or token texts, the plain-decoding baselines and presenter mode
+    kept."""
+    return {"records": [], "texts": {}, "ar": (state or {}).get("ar", {}), "presenter": (state or {}).get("presenter")}
 
 
 def stop(request: gr.Request = None):

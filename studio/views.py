@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from studio.state import COSTS, EXACT
-from viz import charts, graph, page, text as words
+from viz import charts, graph, page, text as words, theme
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
@@ -20,12 +20,23 @@ STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "t
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
            "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
            "exact_timer")
+FIGURES = ("tree", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig", "calib_fig", "icicle", "mask",
+           "explain_tree")
+# presenter mode's tree: taller (it stands beside the text), 17 px labels, room below for a legend in 16 px type
+PRESENTER_TREE = dict(height=560, label_px=19, bottom_px=210)
 DOWNLOADS = Path(tempfile.mkdtemp(prefix="draft-tree-studio-"))   # this process's tree downloads
 
 
 def values(views: dict, names: tuple[str, ...] = OUTPUTS) -> list:
     """The views in the order of `names`; a name without a view keeps what the page shows."""
     return [views.get(name, gr.skip()) for name in names]
+
+
+def presented(views: dict, state) -> dict:
+    """The views with their figures in presenter mode's style when the session has it on (`state["presenter"]`:
+    the page's theme, "light" or "dark"; None: off)."""
+    mode = (state or {}).get("presenter")
+    return views | {name: theme.present(views[name], mode) for name in FIGURES if name in views}
 
 
 def token_texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
@@ -68,7 +79,7 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
         views |= {"tau_fig": charts.tau_per_step(records), "hist_fig": charts.histogram(records),
                   "depth_fig": charts.depth_rates(records), "time_fig": charts.time_breakdown(records),
                   "calib_fig": charts.calibration(records)}
-    return views
+    return presented(views, state)
 
 
 def budget_figure(pair, records, state):
@@ -80,7 +91,8 @@ def budget_figure(pair, records, state):
     elif (job := EXACT.jobs.get(ref)) is not None:
         exact = dict(job.points)                       # a copy: the worker adds points meanwhile
         note = None if job.done and not job.error else charts.exact_progress(len(exact), len(job.budgets), job.error)
-    return charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records), exact, note)
+    fig = charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records), exact, note)
+    return theme.present(fig, state.get("presenter"))
 
 
 def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
@@ -88,17 +100,21 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
     the tree and the caption only)."""
     r = records[k]
     note = f" ({rule})" if rule else ""
-    fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}", height=TREE_HEIGHT)
+    if state.get("presenter"):          # the rule that chose the step would not fit in a title in large type
+        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}", **PRESENTER_TREE)
+    else:
+        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}",
+                          height=TREE_HEIGHT)
     caption = words.step_caption(r, texts, block_size(pair), state.get("prompt_tokens"), state.get("method", ""))
     if not full:
-        return {"tree": fig, "caption": caption}
+        return presented({"tree": fig, "caption": caption}, state)
     explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), block_size(pair))
     g = graph.step_graph(r, texts)
-    return {"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
+    return presented({"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
             "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption,
             "tree_facts": f"**Step {r.step}.** {graph.facts_line(g)}",
             "graphml": download(f"tree-step{r.step}", "graphml", graph.graphml(g)),
-            "graph_json": download(f"tree-step{r.step}", "json", graph.node_link_json(g))}
+            "graph_json": download(f"tree-step{r.step}", "json", graph.node_link_json(g))}, state)
 
 
 def download(stem: str, suffix: str, content: str) -> str:

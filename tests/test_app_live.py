@@ -322,3 +322,65 @@ def _download(page, plot: str, fmt: str):
     with page.expect_download() as download:
         page.locator(f"{plot} button", has_text=fmt).click()
     return download.value
+
+
+def _font_px(page, selector: str) -> float:
+    return page.evaluate(f"() => parseFloat(getComputedStyle(document.querySelector({selector!r})).fontSize)")
+
+
+@pytest.mark.usefixtures("chromium")
+def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
+    """Presenter mode at 1280x720: after a Run of the default example, body text is at least 20 px, the settings
+    are folded away, the text sits beside the tree and the tree is inside the viewport, its labels and ticks at
+    least 16 px in the theme's ink; the toggle switches it off again, and ?presenter=1 opens in it (dark theme:
+    the figures' ink is the dark one)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from viz import theme
+
+    OUT.mkdir(exist_ok=True)
+    fig = "document.querySelector('#tree .js-plotly-plot').layout"
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(url)
+        page.locator("#presenter input").check()
+        page.wait_for_function("() => document.documentElement.classList.contains('presenter')")
+        page.locator("#run").click()
+        expect(page.locator("#metrics")).to_contain_text("×", timeout=300_000)
+        page.wait_for_function(f"() => {fig}.font.size >= 16", timeout=30_000)
+        for sel in ("#out .tokens", "#caption p", "#metrics p"):
+            assert _font_px(page, sel) >= 20, sel
+        expect(page.locator("#settings")).to_be_hidden()
+        out, tree = page.locator("#out").bounding_box(), page.locator("#tree").bounding_box()
+        assert tree["x"] >= 0 and tree["y"] >= 0 and tree["x"] + tree["width"] <= 1280 and \
+            tree["y"] + tree["height"] <= 720, tree
+        assert out["x"] + out["width"] <= tree["x"] + 1 and abs(out["y"] - tree["y"]) < 40, (out, tree)
+        layout = page.evaluate(f"() => {fig}")
+        assert layout["font"]["color"] == theme.INK["light"]
+        assert min(a["font"]["size"] for a in layout["annotations"]) >= 16
+        assert layout["legend"]["font"]["size"] >= 16
+        page.screenshot(path=str(OUT / "presenter-1280x720.png"))
+        page.set_viewport_size({"width": 1920, "height": 1080})
+        page.screenshot(path=str(OUT / "presenter-1920x1080.png"))
+        page.set_viewport_size({"width": 1280, "height": 720})
+        page.locator("#presenter input").uncheck()                            # and off again
+        page.wait_for_function("() => !document.documentElement.classList.contains('presenter')")
+        page.wait_for_function(f"() => {fig}.font.size < 16", timeout=30_000)
+        assert _font_px(page, "#out .tokens") < 20
+        expect(page.locator("#settings")).to_be_visible()
+        page.screenshot(path=str(OUT / "normal-1280x720.png"))
+        page.set_viewport_size({"width": 1920, "height": 1080})
+        page.screenshot(path=str(OUT / "normal-1920x1080.png"))
+        dark = browser.new_page(viewport={"width": 1280, "height": 720})
+        dark.goto(url + "?presenter=1&__theme=dark")
+        dark.wait_for_function("() => document.documentElement.classList.contains('presenter')", timeout=30_000)
+        expect(dark.locator("#presenter input")).to_be_checked()
+        assert _font_px(dark, "#caption p") >= 20
+        dark.locator("#run").click()
+        expect(dark.locator("#metrics")).to_contain_text("×", timeout=300_000)
+        dark.wait_for_function(f"() => {fig}.font.color === {theme.INK['dark']!r}", timeout=30_000)
+        dark.screenshot(path=str(OUT / "presenter-dark-1280x720.png"))
+        dark.set_viewport_size({"width": 1920, "height": 1080})
+        dark.screenshot(path=str(OUT / "presenter-dark-1920x1080.png"))
+        browser.close()

@@ -403,3 +403,54 @@ def test_app_compare_reports_identical_outputs(monkeypatch):
     table, fig, verdict, _ = updates[-1]
     assert [row[0] for row in table] == list(handlers.COMPARED) == list(fig.data[0].y)
     assert table[0][4] == "1.00×" and "identical" in verdict and len(fig.data) == 3
+
+
+def _fonts(fig) -> list[float]:
+    """Every font size a figure's text is drawn at (the layout's, its title's, legend's and annotations')."""
+    layout = fig.layout
+    sizes = [layout.font.size, layout.title.font.size, layout.legend.font.size]
+    sizes += [a.font.size for a in layout.annotations]
+    if layout.title.subtitle.text:
+        sizes.append(layout.title.subtitle.font.size)
+    return [s for s in sizes if s is not None]
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_presenter_mode_draws_every_figure_in_large_full_contrast_type(mode):
+    from studio.views import PRESENTER_TREE
+
+    figures = every_figure() | {"tree (presenter)": tree_figure(synthetic_run()[1], {}, **PRESENTER_TREE)}
+    for name, fig in figures.items():
+        theme.present(fig, mode)
+        assert min(_fonts(fig)) >= theme.PRESENTER_SMALL_PX, (name, _fonts(fig))
+        assert fig.layout.font.size >= 16 and fig.layout.font.color == theme.INK[mode], name
+        template = fig.layout.template.layout
+        assert template.xaxis.tickfont.size >= 16 and template.yaxis.title.font.size >= 16, name
+    assert theme.present(tree_figure(synthetic_run()[1], {}), None).layout.font.size == theme.FONT["size"]   # off
+    # the presenter tree's labels are spaced for their larger type
+    tree = figures["tree (presenter)"]
+    for column in {a.x for a in tree.layout.annotations}:
+        centres = sorted(_label_centre(tree, a) for a in tree.layout.annotations if a.x == column)
+        assert all(b - a >= PRESENTER_TREE["label_px"] - 1e-6 for a, b in zip(centres, centres[1:]))
+
+
+def test_presenter_toggle_redraws_the_run_in_its_style_and_a_new_run_keeps_it(monkeypatch):
+    from studio import handlers, state
+    from studio.handlers import Form
+    from studio.views import OUTPUTS, PRESENTER_TREE, TREE_HEIGHT
+    from tests.conftest import tiny_pair
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    form = Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 16, 0, "tiny")
+    session = list(handlers.run(form, None))[-1][-1]
+    on = dict(zip(OUTPUTS + ("state",), handlers.present(True, True, "tiny", session)))
+    assert on["state"]["presenter"] == "dark" and on["tree"].layout.height == PRESENTER_TREE["height"]
+    assert on["tree"].layout.font.color == theme.INK["dark"] and on["tau_fig"].layout.font.size >= 16
+    again = dict(zip(OUTPUTS + ("state",), list(handlers.run(form, on["state"]))[-1]))
+    assert again["tree"].layout.font.color == theme.INK["dark"]                   # a new run stays in presenter mode
+    off = dict(zip(OUTPUTS + ("state",), handlers.present(False, True, "tiny", again["state"])))
+    assert off["state"]["presenter"] is None and off["tree"].layout.height == TREE_HEIGHT
+    assert off["tree"].layout.font.size == theme.FONT["size"]
+    empty = handlers.present(True, False, "tiny", None)                          # before any run: only the state
+    assert empty[-1]["presenter"] == "light"

@@ -35,14 +35,50 @@ this machine (cached) and α, t_other calibrated on the steps already run. B is 
 """
 
 
-def layout_css(tree_height: int) -> str:
-    """The page's own CSS: compact header lines, and a tree pane of fixed height (so the page never jumps)."""
+# presenter mode: the class `presenter` on <html> (the toggle, or ?presenter=1) sets large type (body text 20 px and
+# more), full-contrast text, the settings folded away, and the text beside the tree. Every rule is `!important`:
+# Gradio repeats the page's CSS under its container's classes, which outrank a class on <html>.
+_PRESENTER_RULES = {
+    ".presenter, .presenter body, .presenter .gradio-container":
+        "--body-text-size: 20px; --text-xs: 16px; --text-sm: 18px; --text-md: 20px; --text-lg: 22px; "
+        "--text-xl: 24px; --block-label-text-size: 18px; --block-info-text-size: 18px; "
+        "--block-title-text-size: 20px; --input-text-size: 20px; --button-large-text-size: 22px; "
+        "--button-medium-text-size: 20px; --button-small-text-size: 18px; --section-header-text-size: 20px; "
+        "--body-text-color: #000; --body-text-color-subdued: #1e293b",
+    ".presenter .dark, .presenter.dark, .presenter .dark .gradio-container":
+        "--body-text-color: #fff; --body-text-color-subdued: #e2e8f0",
+    ".presenter #settings, .presenter #examples, .presenter #budget_note, .presenter #machine": "display: none",
+    ".presenter #title h3": "font-size: 22px",
+    ".presenter #caption p, .presenter #metrics p, .presenter #metrics td, .presenter #metrics th": "font-size: 20px",
+    ".presenter #views": "display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); gap: 12px; "
+                         "align-items: start",
+    ".presenter #views > *": "grid-column: 1 / -1; min-width: 0",
+    ".presenter #views > #out": "grid-column: 1; grid-row: 1",
+    ".presenter #views > #tree": "grid-column: 2; grid-row: 1",
+    ".presenter .tokens": "font-size: 22px; line-height: 1.6; color: #000",
+    ".presenter .dark .tokens, .presenter.dark .tokens": "color: #fff",
+    ".presenter .tokens-legend, .presenter .stepmark": "font-size: 18px; color: #1e293b",
+    ".presenter .dark .tokens-legend, .presenter .dark .stepmark, .presenter.dark .tokens-legend": "color: #e2e8f0",
+    ".presenter .tokens-scroll": "max-height: 480px",
+    ".presenter .tok.acc": "background: #16a34a40",
+    ".presenter .tok.bonus": "background: #2563eb40",
+}
+PRESENTER_CSS = "".join(f"{selector} {{ {'; '.join(d.strip() + ' !important' for d in rules.split(';'))}; }}\n"
+                        for selector, rules in _PRESENTER_RULES.items())
+
+
+def layout_css(tree_height: int, presenter_tree_height: int) -> str:
+    """The page's own CSS: compact header lines, a tree pane of fixed height (so the page never jumps), and
+    presenter mode's."""
     return f"""
+#presenter {{ padding: 0 !important; border: none !important; background: none !important; box-shadow: none; }}
+#presenter label {{ padding: 0 !important; justify-content: flex-end; }}
 #machine p {{ font-size: 13px; margin: 0; }}
 #budget_note p {{ font-size: 12.5px; margin: 0; }}
 #caption p {{ font-size: 13.5px; margin: 2px 0; }}
 #tree {{ min-height: {tree_height}px; }}
-"""
+.presenter #tree {{ min-height: {presenter_tree_height}px !important; }}
+""" + PRESENTER_CSS
 
 
 def metrics_md(records, ar_tps: float | None, status: str = "done", difference: str = "") -> str:

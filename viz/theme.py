@@ -32,6 +32,10 @@ TICKS = [2 ** k for k in range(16)]   # readable log-axis ticks: 1, 2, 4, 8, ...
 _AXIS = dict(automargin=True, gridcolor=GRID, zerolinecolor=GRID, linecolor=LINE, title=dict(standoff=10))
 # a few bytes of template instead of Plotly's default one: it reaches every axis, secondary and subplot ones too
 TEMPLATE = dict(layout=dict(xaxis=_AXIS, yaxis=_AXIS))
+# presenter mode (a projector at the back of a room): every figure's text at least 16 px, in full-contrast ink
+PRESENTER_PX = 18       # tick labels, axis titles, colour bar
+PRESENTER_SMALL_PX = 16  # legend, subtitle, annotations: the smallest text a presenter's figure has
+INK = {"light": "#0f172a", "dark": "#f8fafc"}
 LEGEND = dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container",
               bgcolor=TRANSPARENT, font=dict(size=12))
 
@@ -50,6 +54,36 @@ def layout(title: str, subtitle: str | None = None, filename: str = "figure", **
                 modebar=dict(bgcolor=TRANSPARENT, color=MUTED, activecolor=BONUS, remove=["toImage"]))
     base.update(kw)
     return base
+
+
+def presenter_template(mode: str) -> dict:
+    """Presenter mode's Plotly template for the page's theme (`mode` "light" or "dark"): large type in full-contrast
+    ink, a stronger grid and axis lines."""
+    ink, grid = INK[mode], "rgba(128, 128, 128, 0.45)"
+    font = dict(family=FONT["family"], size=PRESENTER_PX, color=ink)
+    axis = dict(_AXIS, gridcolor=grid, zerolinecolor=grid, linecolor=ink, tickfont=font,
+                title=dict(standoff=12, font=font))
+    return dict(layout=dict(font=font, xaxis=axis, yaxis=axis, coloraxis=dict(colorbar=dict(tickfont=font)),
+                            legend=dict(font=dict(size=PRESENTER_SMALL_PX, color=ink)),
+                            hoverlabel=dict(font=dict(size=PRESENTER_SMALL_PX))))
+
+
+def present(fig, mode: str | None):
+    """The figure restyled for presenter mode on a "light" or "dark" page (None: left as it is): the presenter
+    template, and every font the figure sets itself raised to at least PRESENTER_SMALL_PX, in the ink colour where
+    it had the default text colour."""
+    if mode not in INK:
+        return fig
+    ink, template = INK[mode], presenter_template(mode)
+    subtitle = dict(font=dict(size=PRESENTER_SMALL_PX, color=ink)) if fig.layout.title.subtitle.text else {}
+    fig.update_layout(template=template, font=template["layout"]["font"], legend=template["layout"]["legend"],
+                      title=dict(font=dict(size=24, color=ink), subtitle=subtitle),
+                      margin=dict(t=max(fig.layout.margin.t or 0, 100 if subtitle else 64)))
+    for note in fig.layout.annotations:
+        note.font.size = max(note.font.size or 0, PRESENTER_SMALL_PX)
+        if note.font.color in (None, TEXT, MUTED):
+            note.font.color = ink
+    return fig
 
 
 def log10_prefix(prefix_logq) -> list[float]:

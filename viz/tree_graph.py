@@ -54,16 +54,20 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
     return y
 
 
-def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None) -> go.Figure:
-    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it)."""
+def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
+                label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"]) -> go.Figure:
+    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it); `label_px` is a label's
+    vertical room (its font is 2 px smaller) and `bottom_px` the room under the plot for the axis title and the
+    legend: both larger in presenter mode."""
     tree = record.tree
     n = len(tree.tokens)
     y = tidy_layout(tree.parents, tree.score)
     x = list(tree.depths)
     leaves = max(y) + 1 if y else 1
     height = height or int(min(900, max(340, 26 * leaves + 160)))
-    span_px = max(1.0, height - MARGIN["t"] - MARGIN["b"])
-    pad_px = LABEL_PX                                   # room above the top node for its label
+    margin = MARGIN | {"b": bottom_px}
+    span_px = max(1.0, height - margin["t"] - margin["b"])
+    pad_px = label_px                                   # room above the top node for its label
     slot_px = max(0.1, span_px - pad_px) / (leaves + 1)
     top = -1 - pad_px / slot_px
     on_path = set(record.accepted)
@@ -110,17 +114,18 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
         [(i, None) for i in top_per_depth(tree.depths, tree.prefix_logq) if i not in on_path]
     may = sorted((i for i in range(n) if i not in on_path), key=lambda i: -tree.prefix_logq[i])
     spots = place_labels([(i, where[i][0], natural[i]) for i, _ in must], [(i, x[i], natural[i]) for i in may],
-                         span_px)
+                         span_px, label_px)
     colour = dict(must)
     annotations = [_annotation(*where[i], spot - node_px[i], abs(spot - natural[i]) > 2,
-                               theme.label(texts_of[i + 1], LABEL_CHARS), colour.get(i)) for i, spot in spots.items()]
+                               theme.label(texts_of[i + 1], LABEL_CHARS), colour.get(i), label_px - 2)
+                   for i, spot in spots.items()]
 
     if not title:
         title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
     fig = go.Figure([edges, nodes] + ([rings] if found else []) + [accepted, bonus])
     fig.update_layout(**theme.layout(
         title if "tree" in title.lower() else f"Draft tree, {title}", filename=f"tree-step-{record.step}",
-        height=height, margin=MARGIN,
+        height=height, margin=margin,
         annotations=annotations,
         xaxis=dict(title="depth (tokens after the bonus root)", dtick=1, zeroline=False, showgrid=True,
                    range=[-0.5, max(bonus_x, max(x)) + 0.6]),
@@ -164,29 +169,29 @@ def top_per_depth(depths: list[int], prefix_logq: list[float], k: int = TOP_PER_
     return [i for d in sorted(by_depth) for i in by_depth[d]]
 
 
-def place_labels(must: list[tuple], may: list[tuple], span_px: float) -> dict:
+def place_labels(must: list[tuple], may: list[tuple], span_px: float, label_px: float = LABEL_PX) -> dict:
     """Label centres in pixels from the plot's top, {key: px}, for labels (key, column, wanted px). `must` labels
-    are all shown: within a column, labels closer than LABEL_PX form a block centred on what they want (kept inside
+    are all shown: within a column, labels closer than `label_px` form a block centred on what they want (kept inside
     the plot); `may` labels are shown, in order, only where one fits where it wants to be with room to spare, at
     most OPTIONAL_PER_COLUMN a column."""
     columns: dict[float, list[tuple]] = {}
     for key, column, at in must:
         columns.setdefault(column, []).append((at, key))
-    lo, hi = LABEL_PX / 2, max(LABEL_PX / 2, span_px - LABEL_PX / 2)
+    lo, hi = label_px / 2, max(label_px / 2, span_px - label_px / 2)
     placed: dict = {}
     for column, items in columns.items():
         items.sort()
-        blocks: list[list] = []          # [first centre, wanted centres]: labels LABEL_PX apart from there down
+        blocks: list[list] = []          # [first centre, wanted centres]: labels label_px apart from there down
         for at, _ in items:
             blocks.append([at, [at]])
             while True:
                 wanted = blocks[-1][1]
-                first = sum(wanted) / len(wanted) - LABEL_PX * (len(wanted) - 1) / 2
-                blocks[-1][0] = min(max(lo, first), max(lo, hi - LABEL_PX * (len(wanted) - 1)))
-                if len(blocks) < 2 or blocks[-2][0] + LABEL_PX * len(blocks[-2][1]) <= blocks[-1][0]:
+                first = sum(wanted) / len(wanted) - label_px * (len(wanted) - 1) / 2
+                blocks[-1][0] = min(max(lo, first), max(lo, hi - label_px * (len(wanted) - 1)))
+                if len(blocks) < 2 or blocks[-2][0] + label_px * len(blocks[-2][1]) <= blocks[-1][0]:
                     break
                 blocks[-2][1] += blocks.pop()[1]
-        centres = [first + LABEL_PX * k for first, wanted in blocks for k in range(len(wanted))]
+        centres = [first + label_px * k for first, wanted in blocks for k in range(len(wanted))]
         placed |= {key: c for (_, key), c in zip(items, centres)}
     taken: dict[float, list[float]] = {}
     for key, column, _ in must:
@@ -195,16 +200,16 @@ def place_labels(must: list[tuple], may: list[tuple], span_px: float) -> dict:
     for key, column, at in may:
         column_taken = taken.setdefault(column, [])
         if key not in placed and extra.get(column, 0) < OPTIONAL_PER_COLUMN and \
-                all(abs(at - other) >= 1.5 * LABEL_PX for other in column_taken):
+                all(abs(at - other) >= 1.5 * label_px for other in column_taken):
             placed[key] = at
             column_taken.append(at)
             extra[column] = extra.get(column, 0) + 1
     return placed
 
 
-def _annotation(x: float, y: float, dy: float, moved: bool, text: str, colour: str | None) -> dict:
+def _annotation(x: float, y: float, dy: float, moved: bool, text: str, colour: str | None, size: int = 11) -> dict:
     """A label right of its node, its centre dy pixels below the node's; a moved one gets a thin leader line."""
-    font = dict(size=11, **({"color": colour} if colour else {}))
+    font = dict(size=size, **({"color": colour} if colour else {}))
     if not moved:
         return dict(x=x, y=y, text=text, showarrow=False, xanchor="left", yanchor="middle", xshift=GAP_PX,
                     yshift=-dy, font=font)
