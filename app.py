@@ -20,18 +20,10 @@ from studio import handlers, views
 from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
 from studio.plots import plot
 from studio.state import PAIRS, forget, get_pair, health, start_cost_curves, stop, usable_pairs
-from viz.page import COMPARE_HEADERS, HOW_IT_WORKS, layout_css
+from viz.page import COMPARE_HEADERS, EXAMPLES, HOW_IT_WORKS, layout_css
 from viz.theme import DARK_CSS
 from viz.tokens import CSS as TOKEN_CSS
 
-EXAMPLES = [
-    ["Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
-     "clips did Natalia sell altogether in April and May?\nPlease reason step by step, and put your final answer "
-     "within \\boxed{}."],
-    ["Write a Python function that checks whether a string is a palindrome."],
-    ["What are some good tips for staying focused while studying?"],
-    ["Write a short story about a robot who learns to paint."],
-]
 TREE_HEIGHT = views.TREE_HEIGHT
 # presenter mode in the browser: the class on <html> that the page's CSS styles, and the page's theme for the figures
 PRESENTER_JS = """(on, dark, pair, state) => {

@@ -7,6 +7,14 @@ from core.records import summarize
 from core.tree import accepted_by
 from viz import text as words
 
+EXAMPLES = [
+    ["Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+     "clips did Natalia sell altogether in April and May?\nPlease reason step by step, and put your final answer "
+     "within \\boxed{}."],
+    ["Write a Python function that checks whether a string is a palindrome."],
+    ["What are some good tips for staying focused while studying?"],
+    ["Write a short story about a robot who learns to paint."],
+]                         # the app's examples: math, code, chat, story
 COMPARE_HEADERS = ["method", "budget", "τ", "tokens/s", "speed-up vs plain", "identical to plain?"]
 
 HOW_IT_WORKS = """

@@ -1,0 +1,83 @@
+"""Shareable traces (`studio.trace`): a run exported and re-imported is the same run, and a bad file of any kind is
+refused with a message that says what to do."""
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+
+from core.config import DecodeConfig
+from studio import trace as traces
+from studio.trace import TraceError
+from tests.conftest import tiny_pair
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return traces.record(tiny_pair(), "0 5 6 7 8", DecodeConfig(method="ddtree", budget=16, max_new_tokens=24))
+
+
+def _same_float(a, b) -> bool:
+    return math.isclose(a, b, abs_tol=10 ** -traces.DIGITS)
+
+
+def test_an_exported_trace_reimports_equal(recorded):
+    data = traces.dumps(recorded)
+    assert data[:2] == b"\x1f\x8b"                                               # gzip
+    header = json.loads(gzip.decompress(data))
+    assert header["schema"] == traces.SCHEMA and header["version"] == traces.VERSION
+    back = traces.loads(data)
+    assert back.settings == recorded.settings and back.models == recorded.models
+    assert back.texts == recorded.texts and back.prompt_tokens == recorded.prompt_tokens
+    assert len(back.records) == len(recorded.records) > 2
+    for a, b in zip(recorded.records, back.records):
+        for name in ("step", "accepted", "bonus", "committed", "text", "nested", "oracle_depth", "budget_used",
+                     "finish"):
+            assert getattr(a, name) == getattr(b, name), name
+        assert a.tree.tokens == b.tree.tokens and a.tree.parents == b.tree.parents and a.tree.depths == b.tree.depths
+        assert a.tree.ranks == b.tree.ranks and a.tree.origin == b.tree.origin
+        assert all(map(_same_float, a.tree.prefix_logq + a.tree.logq + a.tree.score + a.p_committed,
+                       b.tree.prefix_logq + b.tree.logq + b.tree.score + b.p_committed))
+        assert a.seconds.keys() == b.seconds.keys() and a.tau == b.tau
+        assert (a.draft_tokens is None) == (b.draft_tokens is None)
+        if a.draft_tokens is not None:
+            assert np.array_equal(a.draft_tokens, b.draft_tokens)
+        assert [t for t, _ in a.runner_up] == [t for t, _ in b.runner_up]
+    assert traces.dumps(back) == data                                          # a second round trip is exact
+
+
+def _gz(body) -> bytes:
+    return gzip.compress(json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("bad, says", [
+    (b"", "truncated or corrupt"),
+    (b"\x1f\x8b\x08\x00garbage", "truncated or corrupt"),
+    (b"PK\x03\x04 a zip file", "truncated or corrupt"),
+    (_gz({"hello": "world"}), "not a draft-tree trace"),
+    (_gz([1, 2, 3]), "not a draft-tree trace"),
+    (_gz({"schema": "draft-tree-trace", "version": 99}), "Update the app"),
+    (_gz({"schema": "draft-tree-trace", "version": 1}), "damaged"),
+])
+def test_a_bad_file_gets_a_message_that_says_what_to_do(bad, says):
+    with pytest.raises(TraceError, match=says):
+        traces.loads(bad)
+
+
+def test_a_truncated_or_tampered_trace_gets_a_message(recorded):
+    data = traces.dumps(recorded)
+    with pytest.raises(TraceError, match="truncated or corrupt"):
+        traces.loads(data[: len(data) // 2])
+    body = json.loads(gzip.decompress(data))
+    body["records"] = body["records"][1:]                                      # the prefill is gone
+    with pytest.raises(TraceError, match="out of order"):
+        traces.loads(_gz(body))
+    body = json.loads(gzip.decompress(data))
+    body["texts"] = {}
+    with pytest.raises(TraceError, match="lacks the text"):
+        traces.loads(_gz(body))
+    body = json.loads(gzip.decompress(data))
+    body["records"][1]["tree"]["parents"] = [5] * len(body["records"][1]["tree"]["parents"])   # not a tree
+    with pytest.raises(TraceError, match="damaged"):
+        traces.loads(_gz(body))
