@@ -16,7 +16,7 @@ except ImportError:                     # local machines, CPU Spaces, CI
         return fn
 
 from core.config import MAX_BUDGET
-from studio import handlers, views
+from studio import handlers, sharing, views
 from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
 from studio.plots import plot
 from studio.state import PAIRS, forget, get_pair, health, start_cost_curves, stop, usable_pairs
@@ -100,6 +100,11 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                 pair_name = gr.Dropdown(usable_pairs(), value=usable_pairs()[0],
                                         label="Model pair (target + drafter)")
             gr.Examples(EXAMPLES, inputs=[prompt], label="Examples: math, code, chat, story", elem_id="examples")
+            with gr.Row():
+                trace_upload = gr.UploadButton("Open a trace", file_types=[".gz", ".json"], elem_id="trace_upload",
+                                               size="sm")
+                trace_file = gr.DownloadButton("Export the run (trace)", elem_id="trace_export", size="sm")
+            trace_note = gr.Markdown(elem_id="trace_note")
         with gr.Column(scale=3, elem_id="views"):
             text = gr.HTML(elem_id="out", label="Output")
             tree = plot("tree")
@@ -148,7 +153,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
              "tau_fig": tau_fig, "hist_fig": hist_fig, "depth_fig": depth_fig, "time_fig": time_fig,
              "calib_fig": calib_fig, "icicle": icicle_fig, "mask": mask_fig, "explain": explain,
              "explain_tree": explain_tree, "caption": caption, "tree_facts": tree_facts, "graphml": graphml,
-             "graph_json": graph_json, "exact_timer": exact_timer}
+             "graph_json": graph_json, "exact_timer": exact_timer, "trace_file": trace_file}
     OUTPUTS = [shown[name] for name in views.OUTPUTS] + [state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
     run_btn.click(run, [state], OUTPUTS, inputs_kwargs=form, concurrency_id="model", show_progress="minimal",
@@ -170,6 +175,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     presenter.change(handlers.present, [presenter, dark, pair_name, state], OUTPUTS, js=PRESENTER_JS,
                      concurrency_id="model", show_progress="hidden")
     demo.load(None, None, presenter, js=PRESENTER_URL_JS)      # ?presenter=1 opens in presenter mode
+    # a trace replays with no model: outside the model queue; ?trace=NAME opens a shipped one
+    trace_upload.upload(sharing.open_file, [trace_upload, state], OUTPUTS + [trace_note], queue=False)
+    demo.load(sharing.open_named, [state], OUTPUTS + [trace_note], queue=False)
     demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 

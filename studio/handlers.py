@@ -20,6 +20,7 @@ from core.models import encode_chat
 from core.ngram import build_command
 from core.records import summarize
 from core.replay import CURVE_METHODS, curve_budgets
+from studio import sharing
 from studio.state import COSTS, EXACT, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, \
     stopped_since
 from studio.views import STEP_VIEWS, block_size, budget_figure, render, step_views, token_texts, values
@@ -145,7 +146,9 @@ def run(form: Form, state, request: gr.Request = None):
                                                     dtype_facts(pair.dtype, pair.device)[0]) if div else ""
     state["ar_tps"] = ar_tps
     status = "stopped" if stopped else "done"
-    yield values(render(pair, records, state, ar_tps, full=True, status=status)) + [state]
+    views = render(pair, records, state, ar_tps, full=True, status=status)
+    views["trace_file"] = sharing.export(pair, form.prompt, cfg, records, len(ids), ar_tps)
+    yield values(views) + [state]
 
 
 def _exact_curve(pair, ids: list[int], records, cfg: DecodeConfig, stopped: bool, request) -> int | str | None:
@@ -206,7 +209,7 @@ def show_step(k, pair_name, state):
     if not records:
         return values({}, STEP_VIEWS)
     k = int(min(max(0, k or 0), len(records) - 1))
-    pair = get_pair(pair_name)
+    pair = _pair_of(pair_name, state)
     return values(step_views(pair, records, k, token_texts(pair, records[: k + 1], state["texts"]), state), STEP_VIEWS)
 
 
@@ -265,7 +268,12 @@ def present(on: bool, dark: bool, pair_name, state):
     records = state.get("records")
     if not records:
         return values({}) + [state]
-    return values(render(get_pair(pair_name), records, state, state.get("ar_tps"), full=True)) + [state]
+    return values(render(_pair_of(pair_name, state), records, state, state.get("ar_tps"), full=True)) + [state]
+
+
+def _pair_of(pair_name, state):
+    """The model pair the shown records came from; None for a replayed trace, which needs no model."""
+    return None if (state or {}).get("trace") else get_pair(pair_name)
 
 
 def refresh(method_label, budget, pair_name):

@@ -106,8 +106,8 @@ def loads(data: bytes) -> Trace:
         raw = _gunzip(data) if data[:2] == b"\x1f\x8b" else data
         body = json.loads(raw.decode("utf-8"))
     except (zlib.error, EOFError, UnicodeDecodeError, ValueError) as e:
-        raise TraceError(f"The file cannot be read as a trace ({type(e).__name__}: it is truncated or corrupt). "
-                         "Download or export it again.") from e
+        raise TraceError(f"The file cannot be read as a trace: it is truncated or corrupt ({e}). Download or "
+                         "export it again.") from e
     _header(body)
     try:
         records = [_record(d) for d in body["records"]]

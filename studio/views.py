@@ -19,7 +19,7 @@ TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow 
 STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
            "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
-           "exact_timer")
+           "exact_timer", "trace_file")
 FIGURES = ("tree", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig", "calib_fig", "icicle", "mask",
            "explain_tree")
 # presenter mode's tree: taller (it stands beside the text), 17 px labels, room below for a legend in 16 px type
@@ -40,13 +40,19 @@ def presented(views: dict, state) -> dict:
 
 
 def token_texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
-    """`texts` with every token the records mention decoded (each token once per session)."""
+    """`texts` with every token the records mention decoded (each token once per session); a replayed trace (no
+    `pair`) brings its own."""
+    if pair is None:
+        return texts
     ids = {t for r in records for t in r.tree.tokens + r.committed + [r.bonus]} - texts.keys()
     texts.update({t: pair.tokenizer.decode([t]) for t in ids})
     return texts
 
 
-def block_size(pair):
+def block_size(pair, state=None):
+    """The drafter's block size (a replayed trace's, from the state, when there is no pair)."""
+    if pair is None:
+        return (state or {}).get("block_size")
     return pair.drafter.block_size if pair.drafter is not None else None
 
 
@@ -91,7 +97,8 @@ def budget_figure(pair, records, state):
     elif (job := EXACT.jobs.get(ref)) is not None:
         exact = dict(job.points)                       # a copy: the worker adds points meanwhile
         note = None if job.done and not job.error else charts.exact_progress(len(exact), len(job.budgets), job.error)
-    fig = charts.budget_figure(records, COSTS.curves.get(pair.name), draft_ms(records), exact, note)
+    costs = COSTS.curves.get(pair.name) if pair is not None else None
+    fig = charts.budget_figure(records, costs, draft_ms(records), exact, note)
     return theme.present(fig, state.get("presenter"))
 
 
@@ -105,10 +112,11 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
     else:
         fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}",
                           height=TREE_HEIGHT)
-    caption = words.step_caption(r, texts, block_size(pair), state.get("prompt_tokens"), state.get("method", ""))
+    size = block_size(pair, state)
+    caption = words.step_caption(r, texts, size, state.get("prompt_tokens"), state.get("method", ""))
     if not full:
         return presented({"tree": fig, "caption": caption}, state)
-    explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), block_size(pair))
+    explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), size)
     g = graph.step_graph(r, texts)
     return presented({"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
             "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption,

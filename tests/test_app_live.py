@@ -384,3 +384,50 @@ def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
         dark.set_viewport_size({"width": 1920, "height": 1080})
         dark.screenshot(path=str(OUT / "presenter-dark-1920x1080.png"))
         browser.close()
+
+
+@pytest.mark.usefixtures("chromium")
+def test_a_shipped_trace_opens_by_url_with_no_model_and_a_corrupt_upload_gets_a_message(url, tmp_path, monkeypatch):
+    """?trace=math replays the shipped trace with no model to load (loading one would fail here): the text, the
+    tree, the metrics, the step slider and every chart tab render; a corrupt upload is refused in words, and the
+    page keeps the trace it shows."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from studio import state
+
+    def no_model(name):
+        raise RuntimeError("a trace must replay without loading a model")
+
+    monkeypatch.setattr(state, "PAIRS", {})
+    monkeypatch.setattr(state, "load_pair", no_model)
+    OUT.mkdir(exist_ok=True)
+    errors = []
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(url + "?trace=math")
+        expect(page.locator("#trace_note")).to_contain_text("Replaying the trace math", timeout=60_000)
+        expect(page.locator("#out .tok").first).to_be_visible(timeout=30_000)
+        expect(page.locator("#metrics")).to_contain_text("τ")
+        expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=30_000)
+        title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+        page.locator("#step_slider input[type=range]").fill("1")
+        page.wait_for_function(f"{title}.includes('step 1:')", timeout=30_000)
+        for tab, ids in PLOTS.items():
+            if tab == "Compare":                                # Compare decodes anew: it needs the model
+                continue
+            page.get_by_role("tab", name=tab).click()
+            for i in ids:
+                expect(page.locator(f"#{i} .js-plotly-plot")).to_be_visible(timeout=30_000)
+                assert page.evaluate(f"() => document.querySelector('#{i} .js-plotly-plot').data.length") > 0, i
+        page.screenshot(path=str(OUT / "trace-math.png"), full_page=True)
+        bad = tmp_path / "broken.json.gz"
+        bad.write_bytes(b"\x1f\x8b\x08\x00 cut short")
+        with page.expect_file_chooser() as chooser:
+            page.locator("#trace_upload").click()
+        chooser.value.set_files(str(bad))
+        expect(page.locator("#trace_note")).to_contain_text("truncated or corrupt", timeout=30_000)
+        expect(page.locator("#metrics")).to_contain_text("τ")                # the trace on the page stays
+        browser.close()
+    assert not [e for e in errors if "trace" in e.lower() or "model" in e.lower()], errors

@@ -81,3 +81,56 @@ def test_a_truncated_or_tampered_trace_gets_a_message(recorded):
     body["records"][1]["tree"]["parents"] = [5] * len(body["records"][1]["tree"]["parents"])   # not a tree
     with pytest.raises(TraceError, match="damaged"):
         traces.loads(_gz(body))
+
+
+def test_a_trace_replays_every_view_with_no_model_and_a_bad_upload_is_refused(recorded, tmp_path, monkeypatch):
+    from studio import handlers, sharing, state
+    from studio.views import OUTPUTS, STEP_VIEWS
+
+    def no_model(name):
+        raise AssertionError("a trace must replay without loading a model")
+
+    monkeypatch.setattr(state, "load_pair", no_model)
+    monkeypatch.setattr(state, "PAIRS", {})
+    path = tmp_path / "mine.json.gz"
+    path.write_bytes(traces.dumps(recorded))
+    out = sharing.open_file(str(path), None)
+    views, session, note = dict(zip(OUTPUTS, out)), out[-2], out[-1]
+    assert "Replaying the trace mine" in note and session["trace"] == "mine"
+    assert len(views["tree"].data[1].x) == len(recorded.records[views["slider"].value].tree.tokens)
+    assert "τ" in views["metrics"] and views["tau_fig"].data and "Step" in views["caption"]
+    shown = dict(zip(STEP_VIEWS, handlers.show_step(1, "smollm2-135m", session)))   # the slider, still no model
+    assert "step 1:" in shown["tree"].layout.title.text
+    assert handlers.present(True, False, "smollm2-135m", session)[-1]["presenter"] == "light"
+    path.write_bytes(b"\x1f\x8b\x08 not really")
+    refused = sharing.open_file(str(path), session)
+    assert refused[-1].startswith("⚠") and "truncated or corrupt" in refused[-1]
+
+
+def test_the_shipped_traces_open_and_a_256_token_ddtree_64_one_is_under_1_mb():
+    from studio import sharing
+
+    assert {"math", "code", "chat", "story", "story-ddtree64"} <= set(sharing.shipped())
+    for name in sharing.shipped():
+        data = (sharing.TRACES_DIR / f"{name}{sharing.SUFFIX}").read_bytes()
+        trace = traces.loads(data)
+        assert trace.models["pair"] == "smollm2-135m" and len(data) < 1_000_000, name
+    big = traces.loads((sharing.TRACES_DIR / "story-ddtree64.json.gz").read_bytes())
+    assert big.settings["method"] == "ddtree" and big.settings["budget"] == 64
+    assert sum(len(r.committed) for r in big.records) == 256                   # measured: 203 KB
+
+
+def test_a_finished_run_in_the_app_exports_a_trace_that_reopens_as_the_same_run(monkeypatch):
+    from studio import handlers, sharing, state
+    from studio.handlers import Form
+    from studio.views import OUTPUTS
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    final = list(handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 16, 0, "tiny"), None))[-1]
+    path, session = dict(zip(OUTPUTS, final))["trace_file"], final[-1]
+    assert path.endswith(".json.gz")
+    out = sharing.open_file(path, None)
+    replayed = out[-2]["records"]
+    assert [r.committed for r in replayed] == [r.committed for r in session["records"]]
+    assert out[-2]["method"] == "ddtree" and out[-2]["ar_tps"] == pytest.approx(session["ar_tps"])
