@@ -35,12 +35,14 @@ def export(pair, prompt: str, cfg: DecodeConfig, records, prompt_tokens: int, ar
 def _show(trace: traces.Trace, name: str, state) -> list:
     """Every view of the trace, its settings said in the note; the state replays it with no model (`trace`)."""
     settings, models = trace.settings, trace.models
+    prompt = settings.get("prompt", "")
+    prompt = prompt if len(prompt) <= 160 else prompt[:160].rsplit(" ", 1)[0] + "…"
     state = fresh_state(state) | {"records": trace.records, "texts": dict(trace.texts), "trace": name,
                                   "method": settings.get("method", ""), "prompt_tokens": trace.prompt_tokens,
                                   "block_size": models.get("block_size"), "ar_tps": trace.ar_tps, "exact": None}
     note = (f"**Replaying the trace {name}** (no model needed): {settings.get('method')} with budget "
             f"{settings.get('budget')}, {models.get('pair')} in {models.get('dtype')}, temperature "
-            f"{settings.get('temperature')}. Prompt: *{settings.get('prompt', '')[:160]}*. Timings are the "
+            f"{settings.get('temperature')}. Prompt: *{prompt}*. Timings are the "
             "recording machine's. Run decodes anew.")
     views = render(None, trace.records, state, trace.ar_tps, full=True)
     return values(views) + [state, note]
