@@ -86,10 +86,9 @@ class DFlashAttention(nn.Module):
         # h: [B, S, H] normed block states; ctx: [B, C, H] fused features of the new context positions
         b, s, _ = h.shape
         c = ctx.shape[1]
-        q = self.q_norm(linear(self.q_proj, h).view(b, s, self.n_heads, self.head_dim)).transpose(1, 2)
         kv_in = torch.cat([ctx, h], dim=1)                                   # [B, C+S, H]
-        k = self.k_norm(linear(self.k_proj, kv_in).view(b, c + s, self.n_kv, self.head_dim)).transpose(1, 2)
-        v = linear(self.v_proj, kv_in).view(b, c + s, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k, v = self._heads(self.q_proj, h, self.q_norm), self._heads(self.k_proj, kv_in, self.k_norm), \
+            self._heads(self.v_proj, kv_in)
         q, k = _rope(q, k, cos, sin)
         if cache is not None:
             k, v = cache.extend(self.layer_idx, k, v, n_ctx=c)
@@ -97,23 +96,26 @@ class DFlashAttention(nn.Module):
                                              enable_gqa=self.n_heads != self.n_kv)  # non-causal
         return linear(self.o_proj, out.transpose(1, 2).reshape(b, s, -1))
 
+    def _heads(self, proj: nn.Linear, x: torch.Tensor, norm: nn.Module | None = None) -> torch.Tensor:
+        """[B, S, H] -> [B, heads, S, hd]: a projection split into heads (RMS-normed per head for q and k)."""
+        b, s, _ = x.shape
+        y = linear(proj, x).view(b, s, -1, self.head_dim)
+        return (y if norm is None else norm(y)).transpose(1, 2)
+
     def forward_blocks(self, h, ctx, rope_ctx, rope_blocks, visible):
         """Training: N blocks of one sequence, each attending to the context it may see and to itself only.
         h: [N, B, H] normed block states; ctx: [1, T, H] fused features; rope_*: (cos, sin) [1, T, hd] / [N, B, hd];
         visible: [N, 1, 1, T+B] bool (context before the block's anchor, then the block)."""
         n, b, _ = h.shape
-        t = ctx.shape[1]
-        q = self.q_norm(self.q_proj(h).view(n, b, self.n_heads, self.head_dim)).transpose(1, 2)    # [N, nh, B, hd]
-        k_blk = self.k_norm(self.k_proj(h).view(n, b, self.n_kv, self.head_dim)).transpose(1, 2)   # [N, nkv, B, hd]
-        v_blk = self.v_proj(h).view(n, b, self.n_kv, self.head_dim).transpose(1, 2)
-        k_ctx = self.k_norm(self.k_proj(ctx).view(1, t, self.n_kv, self.head_dim)).transpose(1, 2)  # [1, nkv, T, hd]
-        v_ctx = self.v_proj(ctx).view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q = self._heads(self.q_proj, h, self.q_norm)                                                 # [N, nh, B, hd]
+        k_blk, v_blk = self._heads(self.k_proj, h, self.k_norm), self._heads(self.v_proj, h)        # [N, nkv, B, hd]
+        k_ctx, v_ctx = self._heads(self.k_proj, ctx, self.k_norm), self._heads(self.v_proj, ctx)    # [1, nkv, T, hd]
         q, k_blk, k_ctx = _rotate(q, *rope_blocks), _rotate(k_blk, *rope_blocks), _rotate(k_ctx, *rope_ctx)
         k = torch.cat([k_ctx.expand(n, -1, -1, -1), k_blk], dim=2)                                   # [N, nkv, T+B, hd]
         v = torch.cat([v_ctx.expand(n, -1, -1, -1), v_blk], dim=2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=self.head_dim ** -0.5,
                                              enable_gqa=self.n_heads != self.n_kv)
-        return self.o_proj(out.transpose(1, 2).reshape(n, b, -1))
+        return linear(self.o_proj, out.transpose(1, 2).reshape(n, b, -1))
 
 
 class DFlashLayer(nn.Module):
