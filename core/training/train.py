@@ -8,8 +8,8 @@ blocks; cross-entropy weighted exp(-(k-1)/gamma) on the target's own greedy choi
 AdamW with warm-up, cosine decay and gradient clipping; bf16 autocast where the hardware computes bf16 natively
 (`--bf16` / `--no-bf16` choose). A step is cheap: the frozen target's features are computed once per sequence and
 kept on disk (`core.training.features`), each block attends to its own keys only, and q is normalised over the
-draft vocabulary (`python -m core.eval.perf train-step` measures each change against stage 12's recipe). Checkpoints (safetensors +
-JSON, atomic) every few minutes; rerunning resumes. Every `--eval-every` minutes tau is measured on held-out prompts
+draft vocabulary (`python -m core.eval.perf train-step` measures each change against stage 12's recipe).
+Checkpoints (safetensors + JSON, atomic) every few minutes; rerunning resumes. Every `--eval-every` minutes tau is measured on held-out prompts
 (replayed on fixed greedy replies, `core.eval.judge`, or with the real decode loop), and the best drafter so far is
 exported (z-lab format, bf16). New data shards are picked up at each epoch, so training can start while
 `generate_data` is still running.
