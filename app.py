@@ -16,10 +16,11 @@ except ImportError:                     # local machines, CPU Spaces, CI
         return fn
 
 from core.config import MAX_BUDGET
-from studio import handlers, sharing, views
+from studio import animation, handlers, sharing, views
 from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
 from studio.plots import plot
-from studio.state import PAIRS, forget, get_pair, health, start_cost_curves, stop, usable_pairs
+from studio.state import PAIRS, forget, fresh_state, get_pair, health, machine_md, start_cost_curves, stop, \
+    usable_pairs
 from viz.page import COMPARE_HEADERS, EXAMPLES, HOW_IT_WORKS, layout_css
 from viz.theme import DARK_CSS
 from viz.tokens import CSS as TOKEN_CSS
@@ -58,7 +59,7 @@ def launch(block: bool = False, **kwargs):
     """Launch the app with GET /health; returns launch()'s tuple (block=True serves until interrupted)."""
     start_cost_curves()
     css = TOKEN_CSS + DARK_CSS + layout_css(TREE_HEIGHT, views.PRESENTER_TREE["height"])
-    result = demo.launch(css=css, prevent_thread_lock=True, **kwargs)
+    result = demo.launch(css=css, js=animation.KEYS_JS, prevent_thread_lock=True, **kwargs)
     demo.app.add_api_route("/health", health, methods=["GET"])
     if block:
         demo.block_thread()
@@ -68,7 +69,7 @@ def launch(block: bool = False, **kwargs):
 # ----- layout -------------------------------------------------------------------------------------------------
 
 with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
-    state = gr.State(None)
+    state = gr.State(lambda: fresh_state(None))    # one dict a session; handlers that may overlap change it in place
     with gr.Row(equal_height=True):
         with gr.Column(scale=6):
             gr.Markdown("### Draft-tree studio — lossless speculative decoding with block-diffusion draft trees",
@@ -76,7 +77,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
         with gr.Column(scale=1, min_width=170):
             presenter = gr.Checkbox(False, label="Presenter mode", elem_id="presenter", container=False)
         dark = gr.Checkbox(False, visible=False)      # the page's theme: read in the browser as presenter mode turns on
-    machine = gr.Markdown("Loading the model pair…", elem_id="machine")
+    machine = gr.Markdown(machine_md(), elem_id="machine")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300, elem_id="controls"):
             prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, elem_id="prompt", value=EXAMPLES[0][0])
@@ -104,25 +105,34 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                 trace_upload = gr.UploadButton("Open a trace", file_types=[".gz", ".json"], elem_id="trace_upload",
                                                size="sm")
                 trace_file = gr.DownloadButton("Export the run (trace)", elem_id="trace_export", size="sm")
+            link_btn = gr.Button("Copy link to this step", elem_id="link", size="sm")
+            link_box = gr.Textbox(label="Link to this step (opens this trace, step, phase and tab)", visible=False,
+                                  interactive=False, buttons=["copy"], elem_id="link_box")
             trace_note = gr.Markdown(elem_id="trace_note")
         with gr.Column(scale=3, elem_id="views"):
             text = gr.HTML(elem_id="out", label="Output")
+            with gr.Row(elem_id="phase_bar", equal_height=True):
+                prev_btn = gr.Button("◀ Phase", elem_id="phase_prev", size="sm", min_width=96, scale=0)
+                play_btn = gr.Button(views.PLAY, elem_id="play", size="sm", min_width=90, scale=0)
+                next_btn = gr.Button("Phase ▶", elem_id="phase_next", size="sm", min_width=96, scale=0)
+                phase = gr.Radio(animation.CHOICES, value=views.WHOLE_STEP, show_label=False, container=False,
+                                 elem_id="phase", scale=1)
             tree = plot("tree")
             caption = gr.Markdown("Press **Run** to decode the prompt, or **Step** to advance one target forward "
                                   "at a time.", elem_id="caption")
             slider = gr.Slider(0, 1, value=0, step=1, label="Step (replay any stored step)", elem_id="step_slider")
             metrics = gr.Markdown(elem_id="metrics")
-            with gr.Tabs():
-                with gr.Tab("Acceptance vs budget"):
+            with gr.Tabs(elem_id="tabs") as tabs:
+                with gr.Tab("Acceptance vs budget", id="budget") as budget_tab:
                     budget_fig = plot("budget_chart")
-                with gr.Tab("Per step"):
+                with gr.Tab("Per step", id="per-step") as per_step_tab:
                     tau_fig = plot("tau_chart")
                     time_fig = plot("time_chart")
-                with gr.Tab("Distributions"):
+                with gr.Tab("Distributions", id="distributions") as distributions_tab:
                     hist_fig = plot("hist_chart")
                     depth_fig = plot("depth_chart")
                     calib_fig = plot("calib_chart")
-                with gr.Tab("Step views"):
+                with gr.Tab("Step views", id="step-views") as step_views_tab:
                     tree_facts = gr.Markdown("Run or Step to see this step's tree as a graph.", elem_id="tree_facts")
                     with gr.Row():
                         graphml = gr.DownloadButton("Download this tree (GraphML)", elem_id="graphml", size="sm")
@@ -130,7 +140,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                                                        size="sm")
                     icicle_fig = plot("icicle")
                     mask_fig = plot("mask")
-                with gr.Tab("Compare"):
+                with gr.Tab("Compare", id="compare") as compare_tab:
                     compare_btn = gr.Button("Compare plain decoding, chain, DDTree, PRESTO and the auto budgets on "
                                             "this prompt", elem_id="compare")
                     compare_table = gr.Dataframe(headers=COMPARE_HEADERS, elem_id="compare_table",
@@ -138,13 +148,15 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                                                  interactive=False)
                     compare_note = gr.Markdown(elem_id="compare_note")
                     compare_fig = plot("compare_chart")
-                with gr.Tab("How it works"):
+                with gr.Tab("How it works", id="how") as how_tab:
                     explain = gr.Markdown(HOW_IT_WORKS)
                     gr.Markdown("The current step's tree, coloured by q(u): Σ over its nodes is the expected "
                                 "number of accepted drafts; the green path is what the target accepted.")
                     explain_tree = plot("explain_tree")
     timer = gr.Timer(1.0)
     exact_timer = gr.Timer(1.0, active=False)       # runs while the last run's exact budget curve is replayed
+    anim_timer = gr.Timer(animation.TICK_S, active=False)   # runs while the step's animation plays
+    view = gr.State("budget")                       # the open tab, for links to this step
 
     # ----- wiring -------------------------------------------------------------------------------------------
     form = {"prompt": prompt, "method": method, "budget": budget, "temperature": temperature, "top_p": top_p,
@@ -153,7 +165,8 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
              "tau_fig": tau_fig, "hist_fig": hist_fig, "depth_fig": depth_fig, "time_fig": time_fig,
              "calib_fig": calib_fig, "icicle": icicle_fig, "mask": mask_fig, "explain": explain,
              "explain_tree": explain_tree, "caption": caption, "tree_facts": tree_facts, "graphml": graphml,
-             "graph_json": graph_json, "exact_timer": exact_timer, "trace_file": trace_file}
+             "graph_json": graph_json, "exact_timer": exact_timer, "trace_file": trace_file, "phase": phase,
+             "anim_timer": anim_timer, "play": play_btn}
     OUTPUTS = [shown[name] for name in views.OUTPUTS] + [state]
     # always_last: a Run pressed while one is pending (or right after Stop) runs once, after it, never twice
     run_btn.click(run, [state], OUTPUTS, inputs_kwargs=form, concurrency_id="model", show_progress="minimal",
@@ -176,8 +189,20 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                      concurrency_id="model", show_progress="hidden")
     demo.load(None, None, presenter, js=PRESENTER_URL_JS)      # ?presenter=1 opens in presenter mode
     # a trace replays with no model: outside the model queue; ?trace=NAME opens a shipped one
-    trace_upload.upload(sharing.open_file, [trace_upload, state], OUTPUTS + [trace_note], queue=False)
-    demo.load(sharing.open_named, [state], OUTPUTS + [trace_note], queue=False)
+    trace_upload.upload(sharing.open_file, [trace_upload, state], OUTPUTS + [trace_note, prompt], queue=False)
+    demo.load(sharing.open_named, [state], OUTPUTS + [trace_note, prompt], queue=False).then(
+        animation.open_url, [state], [shown[name] for name in animation.OUTPUTS] + [state, tabs, view], queue=False)
+    # the step's animation and links to a step: no model, outside the model queue
+    ANIM = [shown[name] for name in animation.OUTPUTS] + [state]
+    # a press while one is drawn runs after it, on what it drew (two quick → go two phases on)
+    for control, handler in ((prev_btn.click, animation.prev_phase), (next_btn.click, animation.next_phase),
+                             (play_btn.click, animation.play), (phase.input, animation.pick)):
+        control(handler, [slider, phase, state], ANIM, queue=False, show_progress="hidden", trigger_mode="always_last")
+    anim_timer.tick(animation.tick, [slider, phase, state], ANIM, queue=False, show_progress="hidden")
+    for tab in (budget_tab, per_step_tab, distributions_tab, step_views_tab, compare_tab, how_tab):
+        tab.select(lambda tab_id=tab.id: tab_id, None, view, queue=False, show_progress="hidden")
+    link_btn.click(animation.link, [slider, phase, view, state], link_box, queue=False).then(
+        None, [link_box], [link_box], js=animation.LINK_JS)
     demo.unload(forget)
     demo.queue(max_size=16, default_concurrency_limit=1)
 

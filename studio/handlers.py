@@ -20,7 +20,7 @@ from core.models import encode_chat
 from core.ngram import build_command
 from core.records import summarize
 from core.replay import CURVE_METHODS, curve_budgets
-from studio import sharing
+from studio import animation, sharing
 from studio.state import COSTS, EXACT, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, \
     stopped_since
 from studio.views import STEP_VIEWS, block_size, budget_figure, render, step_views, token_texts, values
@@ -121,7 +121,7 @@ def run(form: Form, state, request: gr.Request = None):
     LIVE.pop(session(request), None)
     EXACT.cancel(session(request))                  # the previous run's exact curve: superseded
     records, last, last_full, started = [], 0.0, 0.0, time.time()
-    state |= {"records": records, "method": cfg.method, "prompt_tokens": len(ids)}
+    state |= {"records": records, "method": cfg.method, "prompt_tokens": len(ids), "block_size": block_size(pair)}
     with COSTS.decoding():                          # the background cost measurement waits meanwhile
         for record in steps:
             records.append(record)
@@ -189,7 +189,7 @@ def step_once(form: Form, state, request: gr.Request = None):
         live = (key, _start(pair, ids, cfg), [])
         keep_live(request, live)
         EXACT.cancel(session(request))
-        state = fresh_state(state) | {"method": cfg.method, "prompt_tokens": len(ids)}
+        state = fresh_state(state) | {"method": cfg.method, "prompt_tokens": len(ids), "block_size": block_size(pair)}
     with COSTS.decoding():
         record = next(live[1], None)
     if record is None:
@@ -255,20 +255,24 @@ def show_difference(evt: gr.SelectData, pair_name, state, request: gr.Request = 
     pair = get_pair(pair_name)
     EXACT.cancel(session(request))                  # the shown run changes: its exact curve is not this one's
     state = state | {"records": records, "method": method, "prompt_tokens": len(state.get("compare_ids", [])),
-                     "exact": None}
+                     "exact": None, "block_size": block_size(pair)}
     shown = next(i for i, r in enumerate(records) if r.step == div.step) if div else None
     return values(render(pair, records, state, None, full=True, shown=shown,
                          highlight=div.position if div else None)) + [state]
 
 
 def present(on: bool, dark: bool, pair_name, state):
-    """Presenter mode switched on or off (`dark`: the page's theme): the session keeps it, and the run on the page
-    is drawn again in its style."""
-    state = (state or fresh_state(None)) | {"presenter": ("dark" if dark else "light") if on else None}
+    """Presenter mode switched on or off (`dark`: the page's theme): the session keeps it (in place: a link's step
+    may be opening meanwhile), and the run on the page is drawn again in its style, on the step and phase shown."""
+    state = state if state is not None else fresh_state(None)
+    state["presenter"] = ("dark" if dark else "light") if on else None
     records = state.get("records")
     if not records:
         return values({}) + [state]
-    return values(render(_pair_of(pair_name, state), records, state, state.get("ar_tps"), full=True)) + [state]
+    views = render(_pair_of(pair_name, state), records, state, state.get("ar_tps"), full=True)
+    if anim := state.pop("anim", None):            # popped: `at` draws that step's other views too
+        views |= animation.at(state, anim["step"], anim["phase"], anim["frame"], None)
+    return values(views) + [state]
 
 
 def _pair_of(pair_name, state):

@@ -107,7 +107,7 @@ def machine_md(pair_name: str | None = None) -> str:
     """The header line: where this runs, in which dtype and why, and the cost measurement's progress."""
     name = pair_name if pair_name in PAIRS else next(iter(PAIRS), None)
     if name is None:
-        return "Loading the model pair…"
+        return "No model pair is loaded yet: the first Run or Step loads it. A trace replays without one."
     pair = PAIRS[name]
     status = COSTS.status(name)
     curve = COSTS.curves.get(name)

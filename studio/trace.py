@@ -20,15 +20,18 @@ from core.models import encode_chat, load_pair
 from core.records import StepRecord
 from core.tree import DraftTree
 from viz.page import EXAMPLES as PROMPTS
+from viz.phases import shown_ids
 
 SCHEMA, VERSION = "draft-tree-trace", 1
 MAX_BYTES = 20 * 2**20          # a trace file larger than this is refused before it is decompressed
 MAX_JSON_BYTES = 200 * 2**20    # and its decompressed JSON
 DIGITS = 4                      # decimals kept of every float (log q, seconds, probabilities, logit gaps)
 TREE_FIELDS = [f.name for f in fields(DraftTree)]
-# StepRecord fields a trace keeps; `draft_logq` is left out (no view reads it; it would triple the size)
+# StepRecord fields a trace keeps; of `draft_logq` only the top CANDIDATES columns the draft phase shows (all of it
+# would triple the size), absent from traces made before the step animation
 RECORD_FIELDS = ("step", "accepted", "bonus", "committed", "text", "seconds", "p_committed", "nested", "draft_tokens",
                  "oracle_depth", "budget_used", "finish", "runner_up")
+CANDIDATES = 8
 
 
 class TraceError(ValueError):
@@ -57,7 +60,9 @@ def _record_json(r: StepRecord) -> dict:
     out = {name: getattr(r, name) for name in RECORD_FIELDS} | {"tree": tree}
     out |= {"seconds": {k: round(v, 6) for k, v in r.seconds.items()}, "p_committed": _round(r.p_committed),
             "runner_up": [[int(t), round(float(g), DIGITS)] for t, g in r.runner_up],
-            "draft_tokens": None if r.draft_tokens is None else np.asarray(r.draft_tokens).tolist()}
+            "draft_tokens": None if r.draft_tokens is None else np.asarray(r.draft_tokens).tolist(),
+            "draft_logq": None if r.draft_logq is None else
+            [_round(row) for row in np.asarray(r.draft_logq)[:, :CANDIDATES]]}
     return out
 
 
@@ -73,9 +78,10 @@ def dumps(trace: Trace) -> bytes:
 
 def _record(d: dict) -> StepRecord:
     tree = DraftTree(**{name: d["tree"].get(name) for name in TREE_FIELDS})
-    draft = d.get("draft_tokens")
+    draft, logq = d.get("draft_tokens"), d.get("draft_logq")
     plain = {name: d[name] for name in RECORD_FIELDS if name not in ("draft_tokens", "runner_up")}
     return StepRecord(tree=tree, **plain, draft_tokens=None if draft is None else np.asarray(draft, dtype=np.int64),
+                      draft_logq=None if logq is None else np.asarray(logq, dtype=np.float32).reshape(len(logq), -1),
                       runner_up=[(int(t), float(g)) for t, g in d.get("runner_up", [])])
 
 
@@ -133,7 +139,7 @@ def _check(trace: Trace) -> None:
 def from_run(pair, prompt: str, cfg: DecodeConfig, records: list[StepRecord], prompt_tokens: int,
              ar_tps: float | None = None) -> Trace:
     """A finished run's trace (token texts decoded with the pair's tokenizer)."""
-    ids = {t for r in records for t in r.tree.tokens + r.committed + [r.bonus]}
+    ids = set().union(*(shown_ids(r) for r in records))
     spec = MODEL_PAIRS.get(pair.name)
     models = {"pair": pair.name, "target": spec.target if spec else None, "drafter": spec.drafter if spec else None,
               "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device),

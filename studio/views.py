@@ -12,14 +12,17 @@ import gradio as gr
 
 from studio.state import COSTS, EXACT
 from viz import charts, graph, page, text as words, theme
+from viz.phases import shown_ids
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
 TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
-STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json")
+STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
+              "phase")
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
            "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
-           "exact_timer", "trace_file")
+           "phase", "exact_timer", "anim_timer", "play", "trace_file")
+WHOLE_STEP, PLAY = "Whole step", "▶ Play"     # the phase picker's first choice; the Play button at rest
 FIGURES = ("tree", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig", "calib_fig", "icicle", "mask",
            "explain_tree")
 # presenter mode's tree: taller (it stands beside the text), 17 px labels, room below for a legend in 16 px type
@@ -44,7 +47,7 @@ def token_texts(pair, records, texts: dict[int, str]) -> dict[int, str]:
     `pair`) brings its own."""
     if pair is None:
         return texts
-    ids = {t for r in records for t in r.tree.tokens + r.committed + [r.bonus]} - texts.keys()
+    ids = set().union(*(shown_ids(r) for r in records)) - texts.keys()
     texts.update({t: pair.tokenizer.decode([t]) for t in ids})
     return texts
 
@@ -73,11 +76,9 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
     else:
         shown, rule = words.representative_step(records)
     views = step_views(pair, records, shown, texts, state, rule, full)
-    views |= {"text": token_html(records, texts, highlight),
-              "slider": gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=shown, step=1, interactive=True,
-                                  label=f"Step (replay any stored step; showing {shown} of {len(records) - 1})"),
+    views |= {"text": token_html(records, texts, highlight), "slider": slider(records, shown),
               "metrics": page.metrics_md(records, ar_tps, status, state.get("difference", "")),
-              "budget_fig": budget_figure(pair, records, state)}
+              "budget_fig": budget_figure(pair, records, state), "anim_timer": gr.Timer(active=False), "play": PLAY}
     if status != "running":           # the timer that draws the exact curve as it comes runs while it is replayed
         job = EXACT.jobs.get(state.get("exact"))
         views["exact_timer"] = gr.Timer(active=job is not None and not job.done)
@@ -86,6 +87,12 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
                   "depth_fig": charts.depth_rates(records), "time_fig": charts.time_breakdown(records),
                   "calib_fig": charts.calibration(records)}
     return presented(views, state)
+
+
+def slider(records, k: int) -> gr.Slider:
+    """The step slider on stored step k."""
+    return gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=k, step=1, interactive=True,
+                     label=f"Step (replay any stored step; showing {k} of {len(records) - 1})")
 
 
 def budget_figure(pair, records, state):
@@ -115,14 +122,15 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
     size = block_size(pair, state)
     caption = words.step_caption(r, texts, size, state.get("prompt_tokens"), state.get("method", ""))
     if not full:
-        return presented({"tree": fig, "caption": caption}, state)
+        return presented({"tree": fig, "caption": caption, "phase": WHOLE_STEP}, state)
     explanation = words.step_explanation(r, texts, state.get("method", "ddtree"), size)
     g = graph.step_graph(r, texts)
     return presented({"tree": fig, "icicle": charts.icicle(r, texts), "mask": charts.mask_heatmap(r, texts),
             "explain": page.HOW_IT_WORKS + "\n\n" + explanation, "explain_tree": fig, "caption": caption,
             "tree_facts": f"**Step {r.step}.** {graph.facts_line(g)}",
             "graphml": download(f"tree-step{r.step}", "graphml", graph.graphml(g)),
-            "graph_json": download(f"tree-step{r.step}", "json", graph.node_link_json(g))}, state)
+            "graph_json": download(f"tree-step{r.step}", "json", graph.node_link_json(g)), "phase": WHOLE_STEP},
+            state)
 
 
 def download(stem: str, suffix: str, content: str) -> str:

@@ -1,6 +1,7 @@
 """The launched app on the embedded default: through `gradio_client` (streaming, cancel) and in a real headless
 Chromium driven by Playwright (type, run, tree with its accepted path, step slider, Stop, no console errors,
 nothing leaves localhost, a screenshot under test-output/)."""
+import re
 import shutil
 import time
 from pathlib import Path
@@ -431,3 +432,66 @@ def test_a_shipped_trace_opens_by_url_with_no_model_and_a_corrupt_upload_gets_a_
         expect(page.locator("#metrics")).to_contain_text("τ")                # the trace on the page stays
         browser.close()
     assert not [e for e in errors if "trace" in e.lower() or "model" in e.lower()], errors
+
+
+@pytest.mark.usefixtures("chromium")
+def test_a_link_opens_a_step_phase_and_the_keys_and_play_animate_it(url):
+    """`?trace=story-ddtree64&step=7&phase=walk&view=how` opens step 7's walk with "How it works" open; → goes one
+    phase on (step 8's first), ← back; space plays frame by frame and pauses; the picker plays one phase; "Copy link
+    to this step" gives a link that names what is shown. Read as a user reads them: the caption, the tree's title,
+    the slider, the buttons."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from studio import sharing, trace as traces
+    from viz import phases as ph
+
+    records = traces.loads((sharing.TRACES_DIR / "story-ddtree64.json.gz").read_bytes()).records
+    first_of_8 = ph.TITLES[ph.phases(records[8])[0]]
+    OUT.mkdir(exist_ok=True)
+    errors = []
+    with sync_playwright() as p:
+        browser = _browser(p)
+        for width, height in ((1280, 720), (1920, 1080)):
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.goto(url + "?trace=story-ddtree64&step=7&phase=walk&view=how")
+            caption = page.locator("#caption")
+            title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+            expect(caption).to_contain_text("4 · Walk (step 7,", timeout=60_000)
+            expect(caption).to_contain_text("KV compaction")                    # complete: the last frame
+            expect(page.locator("#step_slider")).to_contain_text("showing 7 of")
+            expect(page.get_by_role("tab", name="How it works")).to_have_attribute("aria-selected", "true")
+            expect(page.locator("#phase_bar")).to_be_in_viewport()
+            page.wait_for_function(f"{title}.includes('4 · Walk')", timeout=30_000)
+            page.screenshot(path=str(OUT / f"step-walk-{width}x{height}.png"))
+            page.locator("#title").click()                                      # the page, not a field, has focus
+            page.keyboard.press("ArrowRight")
+            expect(caption).to_contain_text(f"{first_of_8} (step 8,", timeout=30_000)
+            expect(page.locator("#step_slider")).to_contain_text("showing 8 of")
+            page.keyboard.press("ArrowLeft")
+            expect(caption).to_contain_text("Step 8", timeout=30_000)              # the whole step
+            expect(page.locator("#phase label").filter(has_text="Whole step").locator("input")).to_be_checked()
+            page.keyboard.press("ArrowLeft")
+            expect(caption).to_contain_text("4 · Walk (step 7,", timeout=30_000)
+            page.keyboard.press(" ")                                            # play
+            expect(page.locator("#play")).to_contain_text("Pause", timeout=30_000)
+            expect(caption).to_contain_text("step 8,", timeout=30_000)
+            page.keyboard.press(" ")                                            # pause
+            expect(page.locator("#play")).to_contain_text("Play", timeout=30_000)
+            paused = caption.inner_text()
+            page.wait_for_timeout(2_000)
+            assert caption.inner_text() == paused                               # nothing moves while paused
+            page.locator("#phase label").filter(has_text="2 · Build").click()   # the picker plays the build
+            expect(caption).to_contain_text("2 · Build", timeout=30_000)
+            last = ph.frames(records[8], "build") if "build" in ph.phases(records[8]) else None
+            if last:
+                expect(caption).to_contain_text(f"frame {last} of {last}", timeout=60_000)
+                page.wait_for_function(f"{title}.includes('node {records[8].tree.size} of')", timeout=30_000)
+            page.locator("#link").click()
+            box = page.locator("#link_box textarea, #link_box input").first
+            expect(box).to_have_value(re.compile(r"\?trace=story-ddtree64&step=8&phase=build&view=how$"),
+                                      timeout=30_000)
+            page.screenshot(path=str(OUT / f"step-build-{width}x{height}.png"), full_page=True)
+            page.close()
+        browser.close()
+    assert not errors, errors

@@ -95,8 +95,9 @@ def test_a_trace_replays_every_view_with_no_model_and_a_bad_upload_is_refused(re
     path = tmp_path / "mine.json.gz"
     path.write_bytes(traces.dumps(recorded))
     out = sharing.open_file(str(path), None)
-    views, session, note = dict(zip(OUTPUTS, out)), out[-2], out[-1]
+    views, session, note, prompt = dict(zip(OUTPUTS, out)), out[-3], out[-2], out[-1]
     assert "Replaying the trace mine" in note and session["trace"] == "mine"
+    assert prompt == recorded.settings["prompt"]                              # the prompt box shows its prompt
     assert len(views["tree"].data[1].x) == len(recorded.records[views["slider"].value].tree.tokens)
     assert "τ" in views["metrics"] and views["tau_fig"].data and "Step" in views["caption"]
     shown = dict(zip(STEP_VIEWS, handlers.show_step(1, "smollm2-135m", session)))   # the slider, still no model
@@ -104,7 +105,7 @@ def test_a_trace_replays_every_view_with_no_model_and_a_bad_upload_is_refused(re
     assert handlers.present(True, False, "smollm2-135m", session)[-1]["presenter"] == "light"
     path.write_bytes(b"\x1f\x8b\x08 not really")
     refused = sharing.open_file(str(path), session)
-    assert refused[-1].startswith("⚠") and "truncated or corrupt" in refused[-1]
+    assert refused[-2].startswith("⚠") and "truncated or corrupt" in refused[-2]
 
 
 def test_the_shipped_traces_open_and_a_256_token_ddtree_64_one_is_under_1_mb():
@@ -131,6 +132,6 @@ def test_a_finished_run_in_the_app_exports_a_trace_that_reopens_as_the_same_run(
     path, session = dict(zip(OUTPUTS, final))["trace_file"], final[-1]
     assert path.endswith(".json.gz")
     out = sharing.open_file(path, None)
-    replayed = out[-2]["records"]
+    replayed = out[-3]["records"]
     assert [r.committed for r in replayed] == [r.committed for r in session["records"]]
-    assert out[-2]["method"] == "ddtree" and out[-2]["ar_tps"] == pytest.approx(session["ar_tps"])
+    assert out[-3]["method"] == "ddtree" and out[-3]["ar_tps"] == pytest.approx(session["ar_tps"])

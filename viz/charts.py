@@ -266,11 +266,13 @@ def icicle_widths(parents: list[int], prefix_logq: list[float]) -> list[float]:
 
 
 def mask_heatmap(record, texts: dict[int, str], limit: int = 64) -> go.Figure:
+    """The verified tree's mask, root and drafted nodes flattened in pop order; for trees of at most `limit` drafted
+    nodes (a budget-64 tree fits)."""
     title = "Ancestor-only attention mask (row attends to column)"
     tree = record.tree
-    if len(tree.tokens) > limit:
-        return _empty(title, f"the mask is shown for trees of at most {limit} nodes (this one has "
-                             f"{len(tree.tokens)})", f"mask-step-{record.step}")
+    if tree.size > limit:
+        return _empty(title, f"the mask is shown for trees of at most {limit} drafted nodes (this one has "
+                             f"{tree.size})", f"mask-step-{record.step}")
     labels = [f"{i}:{theme.label(texts.get(t, str(t)), 16)}" for i, t in enumerate(tree.tokens)]
     fig = go.Figure(go.Heatmap(z=ancestor_mask(tree).astype(int), x=labels, y=labels, showscale=False,
                                colorscale=[[0, MASKED], [1, theme.BONUS]], xgap=1, ygap=1, name="mask",

@@ -55,22 +55,25 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 
 
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
-                label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"]) -> go.Figure:
+                label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"], nodes: int | None = None,
+                path: int | None = None) -> go.Figure:
     """The step's draft tree; `height` fixes the figure's height (labels are spaced for it); `label_px` is a label's
     vertical room (its font is 2 px smaller) and `bottom_px` the room under the plot for the axis title and the
-    legend: both larger in presenter mode."""
+    legend: both larger in presenter mode. The step's animation draws part of it: only the first `nodes` nodes (the
+    builder's first pops) and only the first `path` nodes of the accepted path with no bonus (the walk so far); the
+    layout stays the whole tree's, so nothing moves as nodes appear."""
     tree = record.tree
-    n = len(tree.tokens)
+    n = len(tree.tokens) if nodes is None else max(1, min(nodes, len(tree.tokens)))
     y = tidy_layout(tree.parents, tree.score)
     x = list(tree.depths)
     leaves = max(y) + 1 if y else 1
+    full_x = max(x[record.accepted[-1]] + 1, max(x))      # the bonus's column: the x range never changes
     height = height or int(min(900, max(340, 26 * leaves + 160)))
     margin = MARGIN | {"b": bottom_px}
     span_px = max(1.0, height - margin["t"] - margin["b"])
     pad_px = label_px                                   # room above the top node for its label
     slot_px = max(0.1, span_px - pad_px) / (leaves + 1)
     top = -1 - pad_px / slot_px
-    on_path = set(record.accepted)
     scatter = go.Scattergl if n > GL_LIMIT else go.Scatter
 
     ex, ey = [], []
@@ -81,37 +84,32 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     edges = scatter(x=ex, y=ey, mode="lines", line=dict(color=theme.EDGE, width=1), hoverinfo="skip",
                     name="tree edge", legendgroup="nodes", showlegend=False)
 
-    nodes = _node_trace(record, texts, x, y, slot_px, scatter)
-    found = [i for i, o in enumerate(origins(tree)) if i and o & RETRIEVED]
+    dots = _node_trace(record, texts, x, y, slot_px, scatter, n)
+    found = [i for i, o in enumerate(origins(tree)[:n]) if i and o & RETRIEVED]
     rings = scatter(x=[x[i] for i in found], y=[y[i] for i in found], mode="markers", hoverinfo="skip",
                     name="found by retrieval (copied from the prompt or reply)",
                     marker=dict(size=max(8, min(18, int(slot_px) + 6)), symbol="diamond-open", color=theme.RETRIEVED,
                                 line=dict(width=2, color=theme.RETRIEVED)))
 
-    path = record.accepted
-    last = path[-1]
+    with_bonus = path is None
+    path = record.accepted if with_bonus else record.accepted[:path]
+    on_path = set(path)
+    last = path[-1] if path else 0
     bonus_x, bonus_y = x[last] + 1, y[last]
     px = [x[i] for i in path] + [bonus_x]
     py = [y[i] for i in path] + [bonus_y]
-    accepted = scatter(x=px[:-1], y=py[:-1], mode="lines+markers", name="accepted path",
-                       line=dict(color=theme.ACCEPTED, width=4),
-                       marker=dict(size=13, color=theme.ACCEPTED, line=dict(width=1, color="white")), hoverinfo="skip")
     bonus_text = texts.get(record.bonus, str(record.bonus))
-    bonus_label = theme.label(bonus_text)
-    bonus = scatter(x=px[-2:], y=py[-2:], mode="lines+markers", name="bonus token (the target's own token)",
-                    line=dict(color=theme.BONUS, width=3, dash="dot"),
-                    marker=dict(size=[0, 16], color=theme.BONUS, symbol="star"),
-                    hovertemplate=f"bonus token from the target: <b>{bonus_label}</b><extra></extra>")
+    accepted, bonus = _path_traces(px, py, theme.label(bonus_text), scatter)
 
     # labels beside their nodes; the path's below its green line where the line rises, above where it falls
     texts_of = [bonus_text if i < 0 else texts.get(tree.tokens[i], str(tree.tokens[i])) for i in range(-1, n)]
-    where = {i: (x[i], y[i]) for i in range(n)} | {-1: (bonus_x, bonus_y)}
+    where = {i: (x[i], y[i]) for i in range(n)} | ({-1: (bonus_x, bonus_y)} if with_bonus else {})
     node_px = {i: pad_px + (yy + 1) * slot_px for i, (_, yy) in where.items()}
     natural = dict(node_px)
-    for i, nxt in zip(path, path[1:] + [-1]):
+    for i, nxt in zip(path, path[1:] + ([-1] if with_bonus else [])):
         natural[i] += PATH_DROP_PX if where[nxt][1] <= where[i][1] else -PATH_DROP_PX
-    must = [(i, theme.ACCEPTED) for i in path] + [(-1, theme.BONUS)] + \
-        [(i, None) for i in top_per_depth(tree.depths, tree.prefix_logq) if i not in on_path]
+    must = [(i, theme.ACCEPTED) for i in path] + ([(-1, theme.BONUS)] if with_bonus else []) + \
+        [(i, None) for i in top_per_depth(tree.depths[:n], tree.prefix_logq[:n]) if i not in on_path]
     may = sorted((i for i in range(n) if i not in on_path), key=lambda i: -tree.prefix_logq[i])
     spots = place_labels([(i, where[i][0], natural[i]) for i, _ in must], [(i, x[i], natural[i]) for i in may],
                          span_px, label_px)
@@ -122,20 +120,33 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
 
     if not title:
         title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
-    fig = go.Figure([edges, nodes] + ([rings] if found else []) + [accepted, bonus])
+    fig = go.Figure([edges, dots] + ([rings] if found else []) + ([accepted] if path else []) +
+                    ([bonus] if with_bonus else []))
     fig.update_layout(**theme.layout(
         title if "tree" in title.lower() else f"Draft tree, {title}", filename=f"tree-step-{record.step}",
         height=height, margin=margin,
         annotations=annotations,
         xaxis=dict(title="depth (tokens after the bonus root)", dtick=1, zeroline=False, showgrid=True,
-                   range=[-0.5, max(bonus_x, max(x)) + 0.6]),
+                   range=[-0.5, full_x + 0.6]),
         yaxis=dict(visible=False, range=[leaves, top])))
     return fig
 
 
-def _node_trace(record, texts: dict[int, str], x: list[int], y: list[float], slot_px: float, scatter):
-    """The drafted nodes, coloured by q(prefix), with what each one is in its hover."""
-    tree, n, on_path = record.tree, len(record.tree.tokens), set(record.accepted)
+def _path_traces(px: list, py: list, bonus_label: str, scatter) -> tuple:
+    """The accepted path (all but the last point) and the dotted step from its end to the bonus token's star."""
+    accepted = scatter(x=px[:-1], y=py[:-1], mode="lines+markers", name="accepted path",
+                       line=dict(color=theme.ACCEPTED, width=4),
+                       marker=dict(size=13, color=theme.ACCEPTED, line=dict(width=1, color="white")), hoverinfo="skip")
+    bonus = scatter(x=px[-2:], y=py[-2:], mode="lines+markers", name="bonus token (the target's own token)",
+                    line=dict(color=theme.BONUS, width=3, dash="dot"),
+                    marker=dict(size=[0, 16], color=theme.BONUS, symbol="star"),
+                    hovertemplate=f"bonus token from the target: <b>{bonus_label}</b><extra></extra>")
+    return accepted, bonus
+
+
+def _node_trace(record, texts: dict[int, str], x: list[int], y: list[float], slot_px: float, scatter, n: int):
+    """The first n nodes, coloured by q(prefix), with what each one is in its hover."""
+    tree, on_path = record.tree, set(record.accepted)
     p_walk = {node: p for node, p in zip(record.accepted[1:], record.p_committed)}
     labels = [theme.label(texts.get(t, str(t))) for t in tree.tokens]
     origin = origins(tree)
@@ -145,8 +156,8 @@ def _node_trace(record, texts: dict[int, str], x: list[int], y: list[float], slo
                PROPOSERS[origin[i]], "q (drafter)" if origin[i] & DRAFTER or not i else "acceptance rate (calibrated)"]
               for i in range(n)]
     return scatter(
-        x=x, y=y, mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
-        marker=dict(size=max(4, min(12, int(slot_px))), color=theme.log10_prefix(tree.prefix_logq),
+        x=x[:n], y=y[:n], mode="markers", name="drafted node (colour: log₁₀ q(prefix))", legendgroup="nodes",
+        marker=dict(size=max(4, min(12, int(slot_px))), color=theme.log10_prefix(tree.prefix_logq[:n]),
                     cmin=theme.LOG10_PMIN, cmax=theme.LOG10_PMAX, colorscale=theme.COLORSCALE,
                     line=dict(width=0.5, color="rgba(255, 255, 255, 0.6)"), colorbar=theme.colorbar()),
         customdata=custom,
