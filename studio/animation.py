@@ -41,13 +41,17 @@ LINK_JS = """(query) => {
 }"""
 
 
-def _where(records, k, label, state) -> tuple[int, str | None, int, str | None]:
-    """(step, phase, frame, mode) the page is at; a phase the step lacks is the whole step."""
+def _where(records, k, label, state, playing: bool = True) -> tuple[int, str | None, int, str | None]:
+    """(step, phase, frame, mode) the page is at; a phase the step lacks is the whole step. While it plays the
+    session knows (the page's slider and picker may lag a tick behind: a Pause read from them would play again);
+    `playing=False` reads the page all the same (a phase just picked)."""
+    anim = (state or {}).get("anim") or {}
+    if playing and anim.get("mode") and anim["step"] < len(records):
+        return anim["step"], anim["phase"], anim["frame"], anim["mode"]
     k = int(min(max(0, k or 0), len(records) - 1))
     phase = NAMES.get(label)
     if phase not in ph.phases(records[k]):
         return k, None, 0, None
-    anim = (state or {}).get("anim") or {}
     same = anim.get("step") == k and anim.get("phase") == phase
     frame = anim.get("frame", 0) if same else ph.frames(records[k], phase) - 1
     return k, phase, frame, anim.get("mode") if same else None
@@ -133,7 +137,7 @@ def pick(k, label, state) -> list:
     records = (state or {}).get("records")
     if not records:
         return _unchanged()
-    k, phase, _, _ = _where(records, k, label, state)
+    k, phase, _, _ = _where(records, k, label, state, playing=False)
     return show(state, k, phase, 0, "phase" if phase else None)
 
 

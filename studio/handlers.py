@@ -210,7 +210,9 @@ def show_step(k, pair_name, state):
         return values({}, STEP_VIEWS)
     k = int(min(max(0, k or 0), len(records) - 1))
     pair = _pair_of(pair_name, state)
-    return values(step_views(pair, records, k, token_texts(pair, records[: k + 1], state["texts"]), state), STEP_VIEWS)
+    views = step_views(pair, records, k, token_texts(pair, records[: k + 1], state["texts"]), state)
+    state["anim"] = {"step": k, "phase": None, "frame": 0, "mode": None}    # a playing step stops at its next tick
+    return values(views, STEP_VIEWS)
 
 
 def compare(form: Form, state=None, request: gr.Request = None):
@@ -269,8 +271,9 @@ def present(on: bool, dark: bool, pair_name, state):
     records = state.get("records")
     if not records:
         return values({}) + [state]
+    anim = state.pop("anim", None)                 # popped: `at` draws that step's other views too
     views = render(_pair_of(pair_name, state), records, state, state.get("ar_tps"), full=True)
-    if anim := state.pop("anim", None):            # popped: `at` draws that step's other views too
+    if anim:
         views |= animation.at(state, anim["step"], anim["phase"], anim["frame"], None)
     return values(views) + [state]
 

@@ -16,7 +16,7 @@ from viz.phases import shown_ids
 from viz.tokens import token_html
 from viz.tree_graph import tree_figure
 
-TREE_HEIGHT = 400            # px: fixed, so the page never jumps as trees grow and shrink
+TREE_HEIGHT = 360            # px: fixed, so the page never jumps as trees grow and shrink
 STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
               "phase")
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
@@ -69,6 +69,7 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
     """Views of the records: while running, the latest step (full=False leaves out the slow run-level charts);
     when done, a representative step with the slider on it (or step index `shown`, token `highlight` outlined)."""
     texts = token_texts(pair, records, state["texts"])
+    state.pop("anim", None)             # the step's animation stops (its timer below): a tick in flight is superseded
     if shown is not None:
         rule = "where it first differs from plain decoding"
     elif status == "running":

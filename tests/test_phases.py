@@ -11,7 +11,7 @@ import pytest
 
 from core.presto import build_presto
 from core.tree import path_to
-from studio import animation, sharing, trace as traces
+from studio import animation, handlers, sharing, trace as traces
 from studio.state import fresh_state
 from tests.test_builders import marginals
 from tests.test_presto import HashNgram
@@ -148,6 +148,26 @@ def test_play_runs_frame_by_frame_and_a_phase_stops_at_its_end():
     assert _at(out)[1] in (ph.TITLES["verify"], ph.TITLES["walk"])
     out = animation.play(*_at(out), state)                            # Pause
     assert state["anim"]["mode"] is None and dict(zip(animation.OUTPUTS, out[:-1]))["play"] == animation.PLAY
+
+
+def test_pause_and_ticks_read_the_session_while_the_page_lags_behind():
+    """A tick or a Pause sent before the last tick's answer reached the page carries the step and phase before it:
+    the tick goes on from where the session is and the Pause pauses (read from the page, it would play again)."""
+    t, state = _state("story-ddtree64")
+    k = next(i for i, r in enumerate(t.records) if ph.phases(r) == ph.PHASES and i + 1 < len(t.records))
+    stale = (k, ph.TITLES["walk"])
+    out = animation.play(*stale, state)
+    for _ in range(ph.frames(t.records[k], "walk") + 1):               # on into the next step
+        out = animation.tick(*stale, state)
+    assert _at(out)[0] == k + 1 and state["anim"]["mode"] == "play"
+    out = animation.play(*stale, state)                                # Pause, pressed on the lagging page
+    assert state["anim"]["mode"] is None and _at(out)[0] == k + 1
+    assert dict(zip(animation.OUTPUTS, out[:-1]))["play"] == animation.PLAY
+    animation.play(*_at(out), state)                                   # playing again, the slider moved by hand:
+    handlers.show_step(0, None, state)
+    out = animation.tick(k + 1, ph.TITLES["draft"], state)             # the next tick stops the timer
+    views = dict(zip(animation.OUTPUTS, out[:-1]))
+    assert views["play"] == animation.PLAY and state["anim"]["step"] == 0 and not state["anim"]["mode"]
 
 
 def _request(query: dict):

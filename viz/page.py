@@ -85,6 +85,9 @@ def layout_css(tree_height: int, presenter_tree_height: int) -> str:
 #budget_note p {{ font-size: 12.5px; margin: 0; }}
 #caption p {{ font-size: 13.5px; margin: 2px 0; }}
 #tree {{ min-height: {tree_height}px; }}
+#phase_bar {{ gap: 6px; }}
+#phase_bar button {{ padding: 1px 10px; min-height: 0; }}
+#phase label {{ padding: 1px 8px; }}
 .presenter #tree {{ min-height: {presenter_tree_height}px !important; }}
 """ + PRESENTER_CSS
 
