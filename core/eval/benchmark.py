@@ -2,9 +2,9 @@
 
     python -m core.eval.benchmark --datasets gsm8k --n 30 --methods ar,chain,ddtree --budgets 64 --max-new-tokens 256
 
-Methods: the engine's (ar, chain, ddtree, presto, presto-beam, ddtree-auto, presto-auto) and, on the same target
-and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup decoding) and
-`dflash-official` (z-lab's vanilla DFlash on the same drafter, when the `dflash` package is importable).
+Methods: the engine's (ar, chain, ddtree, presto, presto-beam, hybrid, ddtree-auto, presto-auto, hybrid-auto) and,
+on the same target and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup
+decoding) and `dflash-official` (z-lab's vanilla DFlash on the same drafter, when the `dflash` package is importable).
 Datasets: gsm8k, humaneval, mt-bench (both turns, as in DFlash's benchmark: the second turn continues the chat
 after plain decoding's first reply, so every method sees the same context), mt-bench-first (first turns only), or
 a local .jsonl with a prompt field.
@@ -238,7 +238,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")
     ap.add_argument("--budgets", default="64", help="comma-separated budgets for tree methods")
     ap.add_argument("--auto-cap", type=int, default=None,
-                    help="largest budget ddtree-auto / presto-auto may choose (default: the largest of --budgets)")
+                    help="largest budget an auto method (ddtree-auto, presto-auto, hybrid-auto) may choose "
+                         "(default: the largest of --budgets)")
     ap.add_argument("--temperatures", default="0", help="comma-separated temperatures")
     ap.add_argument("--lams", default=str(DecodeConfig.lam),
                     help="comma-separated λ for presto / presto-beam (a sweep: one row label per value, "
