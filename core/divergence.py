@@ -30,9 +30,15 @@ class Divergence:
 
     @property
     def near_tie(self) -> bool:
-        """The two forwards swapped the same two tokens, by gaps that rounding can account for."""
-        swapped = self.plain_second == self.chosen and self.second == self.plain
-        return swapped and self.plain_gap + self.gap <= NEAR_TIE
+        """The flip needs the two tokens' logit difference to move by plain_gap + gap (at least that when a third
+        token is involved): within what rounding moves. Native bf16 logits near 20 lie 0.125 apart, so three or more
+        tokens often tie exactly (both gaps 0), and the recorded runner-ups are then any of the tied tokens."""
+        return self.plain_gap + self.gap <= NEAR_TIE
+
+    @property
+    def swapped(self) -> bool:
+        """The same two tokens, ranked the other way round: the gap sum is then exactly the movement."""
+        return self.plain_second == self.chosen and self.second == self.plain
 
 
 def flatten(records) -> tuple[list[int], list[int], list[tuple[int, float] | None]]:

@@ -29,6 +29,10 @@ def test_the_first_difference_is_named_and_judged():
     note = words.divergence_note(div, "DDTree", {7: " seven", 8: " eight"}, "bf16")
     assert "token 1 (step 1)" in note and "␣seven" in note and "␣eight" in note and "near-tie" in note
     assert "fp32" in note and "bug" not in note
+    three = [_record(0, [5], [(6, 2.0)]), _record(1, [8], [(3, 0.0)])]     # 3, 7 and 8 tied exactly in the run
+    div = first_divergence(plain, three)
+    assert div.near_tie and not div.swapped
+    assert "more than two" in words.divergence_note(div, "DDTree", {}, "bf16")
     wide = [_record(0, [5], [(6, 2.0)]), _record(1, [8], [(7, NEAR_TIE + 2.0)])]
     assert not first_divergence(plain, wide).near_tie
     assert "bug" in words.divergence_note(first_divergence(plain, wide), "DDTree", {}, "bf16")

@@ -156,8 +156,8 @@ def divergence_note(div, label: str, texts: dict[int, str], dtype: str) -> str:
     if div.near_tie:
         fix = ("With fp32 the outputs are identical (`--dtype fp32`; `auto` picks it on CPUs without native bf16)."
                if dtype != "fp32" else "")
-        return (f"{where} The target's two best tokens there were a near-tie, broken differently by {dtype} rounding "
+        tied = "two best tokens" if div.swapped else "best tokens (more than two, tied within rounding)"
+        return (f"{where} The target's {tied} there were a near-tie, broken differently by {dtype} rounding "
                 f"in the wider verification forward: not a fault of the method. {fix}").strip()
-    return (f"{where} ⚠ That is not a near-tie (gaps summing to more than the {NEAR_TIE} logits rounding can move, "
-            "or not the same two tokens swapped): it would be a bug. Please report it with this prompt and these "
-            "settings.")
+    return (f"{where} ⚠ That is not a near-tie (gaps summing to more than the {NEAR_TIE} logits rounding can move): "
+            "it would be a bug. Please report it with this prompt and these settings.")
