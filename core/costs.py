@@ -151,11 +151,14 @@ def cost_class(target) -> str:
 class BackgroundCurves:
     """Each loaded target's curve, measured once in a background thread and cached on disk. The measurement
     pauses between sizes while a run decodes (`decoding()`), so a visitor never waits for it and it never
-    measures a forward that shares the CPU with a run."""
+    measures a forward that shares the CPU with a run. `shutdown` stops it between sizes, before the interpreter
+    finalises (a daemon thread caught inside a torch operator then would abort the process)."""
 
     def __init__(self, repeats: int = 3):
         self.repeats, self.curves, self.progress = repeats, {}, {}
         self._busy, self._cond = 0, threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     def start(self, name: str, target) -> None:
         if name in self.curves or name in self.progress:
@@ -165,17 +168,29 @@ class BackgroundCurves:
             self.curves[name] = curve
             return
         self.progress[name] = (0, len(SIZES))
-        threading.Thread(target=self._measure, args=(name, target), daemon=True, name=f"cost-{name}").start()
+        thread = threading.Thread(target=self._measure, args=(name, target), daemon=True, name=f"cost-{name}")
+        self._threads.append(thread)
+        thread.start()
 
     def _measure(self, name: str, target) -> None:
         def tick(done: int, total: int) -> None:
             self.progress[name] = (done, total)
             self.idle()
+            if self._stopping.is_set():
+                raise InterruptedError("the process is exiting")
 
         try:
             self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick, statistic=min)
         except Exception:  # noqa: BLE001 - a failed measurement leaves the estimate in use, never the app down
             self.progress[name] = (-1, len(SIZES))
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the measurements at their next size and wait (up to `timeout` s) for them to end."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
 
     def status(self, name: str) -> str:
         if name in self.curves:
@@ -184,9 +199,10 @@ class BackgroundCurves:
         return "failed" if done < 0 else f"measuring {done}/{total} sizes" if total else "not started"
 
     def idle(self) -> None:
-        """Return once no run decodes (at once when none does); other background work waits here too."""
+        """Return once no run decodes (at once when none does, or when the process exits); other background work
+        waits here too."""
         with self._cond:
-            self._cond.wait_for(lambda: self._busy == 0)
+            self._cond.wait_for(lambda: self._busy == 0 or self._stopping.is_set())
 
     @contextmanager
     def decoding(self):

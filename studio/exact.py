@@ -1,7 +1,8 @@
 """The exact acceptance-against-budget curve of each session's last greedy run, replayed in one background thread
 (`core.replay`). It waits before every replayed step while any run decodes, so no run waits for it and no run's
 output is delayed; a session's newer run supersedes its older curve, which stops at its next step. The page polls
-with a timer and draws the points as they come.
+with a timer and draws the points as they come. `shutdown` stops the worker before the interpreter finalises: a
+daemon thread caught inside a torch operator then would abort the process.
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class ExactCurves:
             self.jobs[job.id], self.latest[session] = job, job.id
             while len(self.jobs) > MAX_JOBS:
                 self.jobs.pop(next(iter(self.jobs))).cancelled = True
-            if self._worker is None:
+            if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._work, daemon=True, name="exact-curves")
                 self._worker.start()
         self._queue.put(job)
@@ -71,9 +72,21 @@ class ExactCurves:
         if job is not None:
             job.cancelled = True
 
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Cancel every job and wait (up to `timeout` s) for the worker to leave its current replayed step."""
+        with self._lock:
+            for job in self.jobs.values():
+                job.cancelled = True
+            worker = self._worker
+        if worker is not None:
+            self._queue.put(None)
+            worker.join(timeout)
+
     def _work(self) -> None:
         while True:
             job = self._queue.get()
+            if job is None:
+                return
             if job.cancelled:
                 continue
             try:

@@ -5,6 +5,7 @@ a closed tab, GET /health) and the header line.
 """
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 
@@ -27,6 +28,14 @@ LIVE: dict[str, tuple[tuple, object, list]] = {}   # session -> (settings, live 
 MAX_LIVE = 8                            # Step generations kept at once (each holds a KV cache); oldest dropped
 STOPPED: dict[str, float] = {}          # session -> when Stop was last pressed; runs end at the next step
 _LOAD_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_background() -> None:
+    """Stop both background workers before the interpreter finalises (a daemon thread still inside a torch
+    operator then aborts the process); the cost measurement first, since the replays wait on its gate."""
+    COSTS.shutdown()
+    EXACT.shutdown()
 
 
 def usable_pairs() -> list[str]:

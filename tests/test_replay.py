@@ -2,11 +2,15 @@
 each budget, equal in fp32 to what real runs at those budgets achieve, where the run's own trees cut to b (the
 counterfactual) are not; and the judge's --curves command that sets the two side by side."""
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +145,53 @@ def test_the_app_replays_curves_only_while_no_run_decodes_and_a_newer_run_supers
     assert old.points == {} and new.points == {8: job.points[8]}
     curves.cancel("b")                                      # a closed tab
     assert other.id not in curves.jobs and "b" not in curves.latest
+
+
+def test_background_workers_stop_at_exit_even_while_a_run_holds_the_gate(tmp_path, monkeypatch):
+    """A daemon thread still inside a torch operator when the interpreter finalises aborts the process
+    ("terminate called without an active exception"), so the app stops and joins both workers at exit
+    (`studio.state`), in this order."""
+    from core.costs import BackgroundCurves
+    from studio.exact import ExactCurves
+
+    monkeypatch.setenv("DRAFT_TREE_CACHE", str(tmp_path))     # no cached curve: the gate measures one
+    pair, prompt, gate = tiny_pair(), _prompt(0), BackgroundCurves()
+    cfg = DecodeConfig(method="ddtree", budget=8, max_new_tokens=16)
+    reply, curves = output_ids(run(pair, prompt, cfg)), ExactCurves(gate.idle)
+    with gate.decoding():                        # a suspended run holds the gate: the workers wait on it
+        job = curves.start("a", pair, prompt, reply, cfg, [1, 4, 8])
+        gate.start("tiny", pair.target)           # measured in a thread, which waits for the gate
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        gate.shutdown(timeout=10)
+        curves.shutdown(timeout=10)
+        assert time.perf_counter() - t0 < 10
+    assert not curves._worker.is_alive() and not any(t.is_alive() for t in gate._threads)
+    assert job.cancelled
+    assert gate.status("tiny") == "failed"       # stopped between sizes; nothing half-measured is cached
+
+
+EXITING_APP = """
+import time
+from core.config import DecodeConfig
+from core.engine import output_ids, run
+from studio.state import COSTS, EXACT
+from tests.conftest import tiny_pair
+
+pair, prompt = tiny_pair(), list(range(2, 12))
+cfg = DecodeConfig(method="ddtree", budget=64, max_new_tokens=200)
+reply = output_ids(run(pair, prompt, cfg))
+EXACT.start("a", pair, prompt, reply, cfg, [1, 2, 4, 8, 16, 32, 64] * 4)    # seconds of replays
+COSTS.start("tiny", pair.target)
+time.sleep(0.3)
+print("exiting", flush=True)
+"""
+
+
+def test_the_app_process_exits_cleanly_while_its_workers_are_busy(tmp_path):
+    """Without the exit hook this process aborts ("terminate called without an active exception", status 134)."""
+    env = dict(os.environ, DRAFT_TREE_CACHE=str(tmp_path), HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+    done = subprocess.run([sys.executable, "-c", EXITING_APP], cwd=Path(__file__).parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
