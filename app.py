@@ -19,8 +19,8 @@ from core.config import MAX_BUDGET
 from studio import animation, handlers, sharing, views
 from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
 from studio.plots import plot
-from studio.state import PAIRS, forget, fresh_state, get_pair, health, machine_md, start_cost_curves, stop, \
-    usable_pairs
+from studio.state import PAIRS, app_dtype, forget, fresh_state, get_pair, health, machine_md, start_cost_curves, \
+    stop, usable_pairs
 from viz.page import COMPARE_HEADERS, EXAMPLES, HOW_IT_WORKS, layout_css
 from viz.theme import DARK_CSS
 from viz.tokens import CSS as TOKEN_CSS
@@ -208,5 +208,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
 
 
 if __name__ == "__main__":
+    try:
+        app_dtype()
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     get_pair(usable_pairs()[0])       # load (and on first use convert) the default before the first visitor
     launch(block=True, theme=gr.themes.Soft(primary_hue="green", secondary_hue="blue"))

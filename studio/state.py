@@ -6,6 +6,7 @@ a closed tab, GET /health) and the header line.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 
@@ -17,7 +18,7 @@ from core.config import MODEL_PAIRS
 from core.costs import BackgroundCurves
 from core.hardware import describe_dtype, dtype_facts
 from core.limits import limits
-from core.models import ModelLoadError, load_pair
+from core.models import ModelLoadError, load_pair, resolve_dtype
 from studio.exact import ExactCurves
 from viz import text as words
 
@@ -38,6 +39,18 @@ def _stop_background() -> None:
     EXACT.shutdown()
 
 
+def app_dtype() -> str:
+    """The dtype the app loads its pairs in: `DRAFT_TREE_DTYPE` (auto, bf16, fp32 or fp16), default auto. fp32 makes
+    every greedy output token-equal to plain decoding's on any CPU, at the cost of speed where bf16 is native."""
+    name = os.environ.get("DRAFT_TREE_DTYPE", "").strip().lower() or "auto"
+    try:
+        resolve_dtype(name, "cpu")
+    except ValueError:
+        raise ValueError(f"DRAFT_TREE_DTYPE is {name!r}: set it to auto, bf16, fp32 or fp16, or unset it "
+                         "(auto)") from None
+    return name
+
+
 def usable_pairs() -> list[str]:
     names = [n for n, spec in MODEL_PAIRS.items() if not spec.needs_gpu or torch.cuda.is_available()]
     return sorted(names, key=lambda n: n != "smollm2-135m")
@@ -51,8 +64,8 @@ def get_pair(name: str):
     with _LOAD_LOCK:
         if name not in PAIRS:
             try:
-                PAIRS[name] = load_pair(name)
-            except ModelLoadError as e:
+                PAIRS[name] = load_pair(name, dtype=app_dtype())
+            except (ModelLoadError, ValueError) as e:
                 raise gr.Error(f"Model pair {name!r} cannot be loaded here: {e}") from e
             COSTS.start(name, PAIRS[name].target)
     return PAIRS[name]

@@ -166,3 +166,25 @@ def test_memory_caps_refuse_what_does_not_fit(monkeypatch):
     check_inputs(pair, [0, 5, 6], DecodeConfig(method="ddtree", budget=16, max_new_tokens=30))
     with pytest.raises(ValueError, match="lower the budget"):
         check_inputs(pair, [0, 5, 6], DecodeConfig(method="ddtree", budget=512, max_new_tokens=30))
+
+
+def test_the_app_dtype_comes_from_the_environment_and_a_bad_one_is_named(monkeypatch):
+    from studio import state
+
+    seen = []
+    monkeypatch.setattr(state, "load_pair", lambda name, dtype: seen.append(dtype) or tiny_pair())
+    monkeypatch.setattr(state.COSTS, "start", lambda *a: None)
+    monkeypatch.setitem(MODEL_PAIRS, "dtype-test", PairSpec(EMBEDDED, None))
+    monkeypatch.delenv("DRAFT_TREE_DTYPE", raising=False)
+    assert state.app_dtype() == "auto"
+    monkeypatch.setenv("DRAFT_TREE_DTYPE", " FP32 ")
+    assert state.app_dtype() == "fp32"
+    state.get_pair("dtype-test")
+    assert seen == ["fp32"]
+    state.PAIRS.pop("dtype-test")
+    monkeypatch.setenv("DRAFT_TREE_DTYPE", "double")
+    with pytest.raises(ValueError, match="DRAFT_TREE_DTYPE is 'double': set it to auto, bf16, fp32 or fp16"):
+        state.app_dtype()
+    with pytest.raises(gr.Error, match="DRAFT_TREE_DTYPE"):                 # in the page: a message, not a crash
+        state.get_pair("dtype-test")
+    assert "dtype-test" not in state.PAIRS
