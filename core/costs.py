@@ -1,5 +1,6 @@
 """The target's verification-cost curve: forward latency against tree size, measured once per model, device, CPU
-model and dtype and cached on disk (JSON, atomic). The app's speed-up estimate and the adaptive budget read it.
+model and vector features (`core.hardware.isa_tag`) and dtype and cached on disk (JSON, atomic). The app's speed-up
+estimate and the adaptive budget read it.
 
 No run waits for it: the app measures it in the background at start, and until a measured curve is cached the
 adaptive budget starts from `estimated_curve` and fits the real costs from its own steps."""
@@ -21,7 +22,7 @@ from tqdm import tqdm
 
 from core.builders import build_ddtree
 from core.fast_forward import covered, forward
-from core.hardware import NATIVE_BF16_FLAGS, cpu_info, describe_dtype
+from core.hardware import NATIVE_BF16_FLAGS, cpu_info, describe_dtype, isa_tag
 from core.kv_cache import crop_to, new_cache
 from core.limits import context_window
 from core.models import cache_dir, default_offline, load_pair
@@ -36,7 +37,7 @@ def cost_key(target) -> str:
     name = Path(str(getattr(target.config, "_name_or_path", "") or cfg.model_type)).name
     device = target.device.type
     if device == "cpu":          # CPUs differ between machines that share a cache folder (a Space, a home dir)
-        device += "-" + re.sub(r"[^A-Za-z0-9]+", "_", cpu_info()[0]).strip("_")[:48]
+        device += "-" + re.sub(r"[^A-Za-z0-9]+", "_", cpu_info()[0]).strip("_")[:48] + "-" + isa_tag()
     return (f"{name}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-{device}-"
             f"{str(target.dtype).removeprefix('torch.')}{'-fast' if covered(target) else ''}")
 

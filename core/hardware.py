@@ -52,6 +52,14 @@ def cpu_summary() -> str:
     return f"{model} ({', '.join(have) or 'no AVX2'}" + (f"; no {', no '.join(lacks)}" if lacks else "") + ")"
 
 
+def isa_tag() -> str:
+    """The CPU's widest vector features that change forward costs, for cache keys: one model name ("AMD EPYC")
+    covers generations with and without AVX-512 or native bf16, whose cost curves differ several-fold."""
+    _, flags = cpu_info()
+    return "-".join(short for f, short in (("avx2", "avx2"), ("avx512f", "avx512"), ("avx512_bf16", "avx512bf16"),
+                                           ("amx_bf16", "amx")) if f in flags) or "base"
+
+
 def probe_bf16_native(rows: int = 64, width: int = 576, repeats: int = 5) -> bool:
     """True when a bf16 product of a verification-sized block is no slower than fp32's (a few ms)."""
     a, w = torch.randn(rows, width), torch.randn(4 * width, width)

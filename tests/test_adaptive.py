@@ -56,6 +56,14 @@ def test_cost_cache_round_trips_and_is_keyed_by_device_and_dtype(tmp_path, monke
     costs.cost_curve(target, tmp_path)
     costs.cost_curve(target.to(torch.bfloat16), tmp_path)
     assert len(calls) == 3
+    # one model name, another generation: "AMD EPYC" with AVX2 only and with AVX512-BF16 get their own curves
+    import core.hardware as hardware
+    for module in (hardware, costs):
+        monkeypatch.setattr(module, "cpu_info", lambda: ("AMD EPYC", frozenset({"avx2"})))
+    avx2 = costs.cost_key(target)
+    monkeypatch.setattr(hardware, "cpu_info", lambda: ("AMD EPYC", frozenset({"avx2", "avx512f", "avx512_bf16"})))
+    assert "-cpu-AMD_EPYC-avx2-" in avx2
+    assert "-cpu-AMD_EPYC-avx2-avx512-avx512bf16-" in costs.cost_key(target)
 
 
 def tiny_target_small():
