@@ -52,33 +52,41 @@ def sample_tree(n: int, vocab: int = 40000) -> DraftTree:
 
 @torch.inference_mode()
 def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress=None,
-            statistic=statistics.median) -> dict[int, float]:
+            statistic=statistics.median, idle=None) -> dict[int, float]:
     """ms of one verification forward of N tree tokens (a random best-first tree) on a cached context, the
-    `statistic` of `repeats` timings after a warm-up (min resists a CPU shared with other work).
-    `progress(done, total)` is called before each size and at the end (the app shows it; a caller may pause)."""
+    `statistic` of `repeats` timings after a warm-up (min resists a CPU shared with other work). The sizes are
+    timed in turn, round after round, so a burst of other work spoils one round of every size, not every timing of
+    one size (which would bend the curve for good: it is cached).
+    `progress(done, total)` is called before each timing and at the end (the app shows it; a caller may pause).
+    `idle()` (the app's) waits while a run decodes and returns how many runs have started: a timing that a run
+    overlapped is taken again."""
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
     forward(target, torch.randint(0, vocab, (1, past_len), device=target.device), cache)
-    out = {}
-    for done, n in enumerate(sizes):
+    inputs = {n: tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device) for n in sizes}
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    total = (repeats + 1) * len(sizes)
+    for done in range(total):                 # round 0 warms up (first-call kernel selection), then is dropped
+        n = sizes[done % len(sizes)]
         if progress is not None:
-            progress(done, len(sizes))
-        inputs = tree_inputs(sample_tree(n, vocab), past_len, target.dtype, target.device)
-        times = []
-        for _ in range(repeats + 1):
+            progress(done, total)
+        while True:
+            runs = idle() if idle is not None else 0
             if target.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            forward(target, cache=cache, output_hidden_states=True, **inputs)
+            forward(target, cache=cache, output_hidden_states=True, **inputs[n])
             if target.device.type == "cuda":
                 torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
             crop_to(cache, past_len)
-        out[n] = statistic(times[1:]) * 1000
+            if idle is None or idle() == runs:       # no run started meanwhile
+                break
+        times[n].append(seconds)
     if progress is not None:
-        progress(len(sizes), len(sizes))
-    return out
+        progress(total, total)
+    return {n: statistic(t[1:]) * 1000 for n, t in times.items()}
 
 
 def monotone(curve: dict[int, float]) -> dict[int, float]:
@@ -151,13 +159,13 @@ def cost_class(target) -> str:
 
 class BackgroundCurves:
     """Each loaded target's curve, measured once in a background thread and cached on disk. The measurement
-    pauses between sizes while a run decodes (`decoding()`), so a visitor never waits for it and it never
-    measures a forward that shares the CPU with a run. `shutdown` stops it between sizes, before the interpreter
-    finalises (a daemon thread caught inside a torch operator then would abort the process)."""
+    pauses before each timing while a run decodes (`decoding()`) and takes again a timing that a run overlapped,
+    so a visitor never waits for it and no run's forward enters it. `shutdown` stops it between timings, before
+    the interpreter finalises (a daemon thread caught inside a torch operator then would abort the process)."""
 
     def __init__(self, repeats: int = 3):
         self.repeats, self.curves, self.progress = repeats, {}, {}
-        self._busy, self._cond = 0, threading.Condition()
+        self._busy, self._started, self._cond = 0, 0, threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
 
@@ -168,7 +176,7 @@ class BackgroundCurves:
         if curve is not None:
             self.curves[name] = curve
             return
-        self.progress[name] = (0, len(SIZES))
+        self.progress[name] = (0, (self.repeats + 1) * len(SIZES))
         thread = threading.Thread(target=self._measure, args=(name, target), daemon=True, name=f"cost-{name}")
         self._threads.append(thread)
         thread.start()
@@ -181,9 +189,10 @@ class BackgroundCurves:
                 raise InterruptedError("the process is exiting")
 
         try:
-            self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick, statistic=min)
+            self.curves[name] = cost_curve(target, repeats=self.repeats, progress=tick, statistic=min,
+                                           idle=self.idle)
         except Exception:  # noqa: BLE001 - a failed measurement leaves the estimate in use, never the app down
-            self.progress[name] = (-1, len(SIZES))
+            self.progress[name] = (-1, 0)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the measurements at their next size and wait (up to `timeout` s) for them to end."""
@@ -197,18 +206,20 @@ class BackgroundCurves:
         if name in self.curves:
             return "measured"
         done, total = self.progress.get(name, (0, 0))
-        return "failed" if done < 0 else f"measuring {done}/{total} sizes" if total else "not started"
+        return "failed" if done < 0 else f"measuring ({done} of {total} timings)" if total else "not started"
 
-    def idle(self) -> None:
-        """Return once no run decodes (at once when none does, or when the process exits); other background work
-        waits here too."""
+    def idle(self) -> int:
+        """Return once no run decodes (at once when none does, or when the process exits) how many runs have
+        started so far; other background work waits here too."""
         with self._cond:
             self._cond.wait_for(lambda: self._busy == 0 or self._stopping.is_set())
+            return self._started
 
     @contextmanager
     def decoding(self):
         with self._cond:
             self._busy += 1
+            self._started += 1
         try:
             yield
         finally:
@@ -231,7 +242,7 @@ def main(argv=None) -> int:
     print(f"dtype {describe_dtype(pair.dtype, pair.device)}")
     if args.force:
         _path(pair.target, None).unlink(missing_ok=True)
-    with tqdm(total=len(SIZES), desc="cost curve", unit="size", dynamic_ncols=True) as bar:
+    with tqdm(total=(args.repeats + 1) * len(SIZES), desc="cost curve", unit="forward", dynamic_ncols=True) as bar:
         curve = cost_curve(pair.target, repeats=args.repeats, statistic=min,
                            progress=lambda done, total: bar.update(done - bar.n))
     print(f"{_path(pair.target, None)}\n" + "\n".join(f"{n:>4} tokens: {ms:7.1f} ms = {ms / curve[1]:5.2f} one-token "

@@ -1,6 +1,7 @@
 """Adaptive budget: the rule is the argmax of expected tokens per second, the cost-curve cache round-trips and is
 keyed by device and dtype, and `ddtree-auto` / `presto-auto` stay lossless while choosing a budget per step."""
 import json
+import time
 import warnings
 
 import numpy as np
@@ -64,6 +65,23 @@ def test_cost_cache_round_trips_and_is_keyed_by_device_and_dtype(tmp_path, monke
     monkeypatch.setattr(hardware, "cpu_info", lambda: ("AMD EPYC", frozenset({"avx2", "avx512f", "avx512_bf16"})))
     assert "-cpu-AMD_EPYC-avx2-" in avx2
     assert "-cpu-AMD_EPYC-avx2-avx512-avx512bf16-" in costs.cost_key(target)
+
+
+def test_a_cost_timing_that_a_run_overlapped_is_taken_again(monkeypatch):
+    """The app's background measurement is cached for good: a forward timed while a visitor's run started must
+    not enter it (without the retake, max() of the timings here is the 200 ms overlap)."""
+    target, calls, started, real = tiny_target_small(), [], [0], costs.forward
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:          # the prefill is call 1, the warm-up call 2: the first timed repeat overlaps
+            started[0] += 1          # a run starts meanwhile
+            time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(costs, "forward", forward)
+    curve = costs.measure(target, sizes=[1], repeats=2, statistic=max, idle=lambda: started[0])
+    assert len(calls) == 5 and curve[1] < 150      # prefill, warm-up, overlapped repeat, its retake, one more
 
 
 def tiny_target_small():

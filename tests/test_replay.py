@@ -168,7 +168,7 @@ def test_background_workers_stop_at_exit_even_while_a_run_holds_the_gate(tmp_pat
         assert time.perf_counter() - t0 < 10
     assert not curves._worker.is_alive() and not any(t.is_alive() for t in gate._threads)
     assert job.cancelled
-    assert gate.status("tiny") == "failed"       # stopped between sizes; nothing half-measured is cached
+    assert gate.status("tiny") == "failed"       # stopped between timings; nothing half-measured is cached
 
 
 EXITING_APP = """
