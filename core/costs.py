@@ -30,6 +30,7 @@ from core.tree import DraftTree
 from core.verify import tree_inputs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+RETAKES = 3         # a timing overlapped by a run is taken again at most this often (runs back to back never starve it)
 
 
 def cost_key(target) -> str:
@@ -59,7 +60,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress
     one size (which would bend the curve for good: it is cached).
     `progress(done, total)` is called before each timing and at the end (the app shows it; a caller may pause).
     `idle()` (the app's) waits while a run decodes and returns how many runs have started: a timing that a run
-    overlapped is taken again."""
+    overlapped is taken again, up to RETAKES times."""
     vocab = target.get_input_embeddings().weight.shape[0]
     sizes = [n for n in sizes if past_len + n <= context_window(target)] or [1]
     cache = new_cache(target)
@@ -71,7 +72,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress
         n = sizes[done % len(sizes)]
         if progress is not None:
             progress(done, total)
-        while True:
+        for retake in range(RETAKES + 1):
             runs = idle() if idle is not None else 0
             if target.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -81,7 +82,7 @@ def measure(target, sizes=SIZES, past_len: int = 256, repeats: int = 5, progress
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
             crop_to(cache, past_len)
-            if idle is None or idle() == runs:       # no run started meanwhile
+            if idle is None or retake == RETAKES or idle() == runs:       # no run started meanwhile
                 break
         times[n].append(seconds)
     if progress is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -113,8 +114,12 @@ def url():
     loaded in fp32, where tree verification and plain decoding agree to the token (bf16 may flip near-ties)."""
     import app
     from core.models import load_pair
+    from studio.state import COSTS
 
     app.PAIRS["smollm2-135m"] = load_pair("smollm2-135m", dtype="fp32")
     _, local_url, _ = app.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True)
+    deadline = time.time() + 300      # the page as a visitor sees it once the background cost curve is measured
+    while COSTS.status("smollm2-135m").startswith("measuring") and time.time() < deadline:
+        time.sleep(0.5)
     yield local_url
     app.demo.close()

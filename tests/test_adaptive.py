@@ -182,3 +182,17 @@ def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays()
         pattern.append(drafted)
         step(drafted, 4 if drafted else 1, 120.0 if drafted else 50.0)
     assert all(pattern[-20:])                              # the next probe found it pays: drafting every step
+
+
+def test_runs_back_to_back_never_starve_the_cost_measurement(monkeypatch):
+    """Every timing overlapped (a run started meanwhile, every time): each is retaken RETAKES times, then kept."""
+    target, calls, started, real = tiny_target_small(), [], [0], costs.forward
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        started[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(costs, "forward", forward)
+    curve = costs.measure(target, sizes=[1, 2], repeats=2, idle=lambda: started[0])
+    assert set(curve) == {1, 2} and len(calls) == 1 + 3 * 2 * (costs.RETAKES + 1)
