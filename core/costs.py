@@ -183,9 +183,8 @@ class BackgroundCurves:
         thread.start()
 
     def _measure(self, name: str, target) -> None:
-        def tick(done: int, total: int) -> None:
+        def tick(done: int, total: int) -> None:      # `measure` itself waits for `idle` before each timing
             self.progress[name] = (done, total)
-            self.idle()
             if self._stopping.is_set():
                 raise InterruptedError("the process is exiting")
 
@@ -196,7 +195,7 @@ class BackgroundCurves:
             self.progress[name] = (-1, 0)
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop the measurements at their next size and wait (up to `timeout` s) for them to end."""
+        """Stop the measurements at their next timing and wait (up to `timeout` s) for them to end."""
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
@@ -207,7 +206,7 @@ class BackgroundCurves:
         if name in self.curves:
             return "measured"
         done, total = self.progress.get(name, (0, 0))
-        return "failed" if done < 0 else f"measuring ({done} of {total} timings)" if total else "not started"
+        return "failed" if done < 0 else f"measuring {done} of {total} timings" if total else "not started"
 
     def idle(self) -> int:
         """Return once no run decodes (at once when none does, or when the process exits) how many runs have
