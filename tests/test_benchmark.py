@@ -113,6 +113,17 @@ def test_readout_comparison_rows_are_labelled(tmp_path):
         main(["--datasets", str(prompts), "--readouts", "half", "--out", str(tmp_path / "bad")], pair=pair)
 
 
+def test_breadth_sets_load_in_the_papers_formats():
+    from core.eval.datasets import MATH_SUFFIX, evaluation_texts, load_prompts
+
+    math, science = load_prompts("compmath"), load_prompts("science")
+    assert len(math) == len(science) == 32 and len(set(math + science)) == 64
+    assert all(p.endswith(MATH_SUFFIX) and MATH_SUFFIX not in p[:-len(MATH_SUFFIX)] for p in math)
+    assert not any(p.endswith(MATH_SUFFIX) for p in science)
+    assert {p.removesuffix(MATH_SUFFIX) for p in math} | set(science) <= evaluation_texts()   # never trained on
+    assert load_prompts("science", 5) == load_prompts("science", 5) != science[:5]           # a seeded subset
+
+
 def test_unknown_and_offline_hub_datasets_are_clear_errors(monkeypatch):
     from core.eval.datasets import load_prompts
 

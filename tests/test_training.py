@@ -273,14 +273,14 @@ def test_lr_schedule_warms_up_then_decays():
 
 
 def test_training_prompts_exclude_evaluation_prompts():
-    from core.eval.datasets import gsm8k_test, humaneval, mtbench_questions
+    from core.eval.datasets import compmath, gsm8k_test, humaneval, mtbench_questions, science
     from core.training.prompts import training_prompts
 
     train = {p.text.strip() for p in training_prompts()}
     train_raw = {t.split("\nPlease reason step by step")[0].strip() for t in train}
-    evals = [q.split("\nPlease reason step by step")[0].strip() for q in gsm8k_test()]
-    evals += [p.strip() for p in humaneval()] + [t.strip() for turns in mtbench_questions() for t in turns]
-    assert len(evals) > 1319 + 164
+    evals = [q.split("\nPlease reason step by step")[0].strip() for q in gsm8k_test() + compmath()]
+    evals += [p.strip() for p in humaneval() + science()] + [t.strip() for turns in mtbench_questions() for t in turns]
+    assert len(evals) > 1319 + 164 + 32 + 32
     assert not (set(evals) & (train | train_raw))
     assert len(train) > 8000
 

@@ -6,8 +6,8 @@ Methods: the engine's (ar, chain, ddtree, presto, presto-beam, hybrid, ddtree-au
 on the same target and prompts, `hf-generate` (transformers generate), `hf-prompt-lookup` (transformers prompt-lookup
 decoding) and `dflash-official` (z-lab's vanilla DFlash on the same drafter, when the `dflash` package is importable).
 Datasets: gsm8k, humaneval, mt-bench (both turns, as in DFlash's benchmark: the second turn continues the chat
-after plain decoding's first reply, so every method sees the same context), mt-bench-first (first turns only), or
-a local .jsonl with a prompt field.
+after plain decoding's first reply, so every method sees the same context), mt-bench-first (first turns only),
+compmath and science (the project's own breadth sets, `core.eval.datasets`), or a local .jsonl with a prompt field.
 Per prompt, every (method, budget) runs back to back after plain decoding (`ar`), after one warm-up generation.
 Rows (one per prompt x method x budget x temperature) go to `<out>/rows.jsonl` as they finish, so an interrupted
 run resumes where it stopped. The summary table (τ = mean of per-prompt means, bonus counted; speed-up = the
@@ -232,7 +232,7 @@ def main(argv=None, pair=None) -> list[dict]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="gsm8k", help="comma-separated: gsm8k, humaneval, mt-bench, mt-bench-first, "
-                                                         "a .jsonl, "
+                                                         "compmath, science, a .jsonl, "
                                                          "or hub:<id>[/<config>][:<split>[:<field>]]")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--methods", default="ar,chain,ddtree", help="comma-separated methods (ar is always run)")

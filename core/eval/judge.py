@@ -63,7 +63,8 @@ def parse_reference_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespac
     """Adds and checks the options that choose the prompts and the target's greedy replies to them (shared with
     `core.eval.diagnose`)."""
     ap.add_argument("--datasets", default="gsm8k",
-                    help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, or a local .jsonl")
+                    help="comma-separated single-turn sets: gsm8k, humaneval, mt-bench-first, compmath, science, "
+                         "or a local .jsonl")
     ap.add_argument("--n", type=int, default=30, help="prompts per dataset (first n of a seed-0 shuffle)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--pair", default="smollm2-135m")
