@@ -173,7 +173,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                   trigger_mode="always_last")
     step_btn.click(step_once, [state], OUTPUTS, inputs_kwargs=form, concurrency_id="model",
                    show_progress="minimal", trigger_mode="always_last")
-    slider.input(handlers.show_step, [slider, pair_name, state], [shown[name] for name in views.STEP_VIEWS],
+    slider.input(handlers.show_step, [slider, pair_name, state], [shown[name] for name in views.REPLAY_VIEWS],
                  concurrency_id="model", trigger_mode="always_last", show_progress="hidden")
     compare_btn.click(compare, [state], [compare_table, compare_fig, compare_note, state], concurrency_id="model",
                       inputs_kwargs={name: c for name, c in form.items() if name != "method"})

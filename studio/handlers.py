@@ -23,7 +23,8 @@ from core.replay import CURVE_METHODS, curve_budgets
 from studio import animation, sharing
 from studio.state import COSTS, EXACT, LIVE, PAIRS, fresh_state, get_pair, keep_live, machine_md, session, \
     stopped_since
-from studio.views import STEP_VIEWS, block_size, budget_figure, render, step_views, token_texts, values
+from studio.views import REPLAY_VIEWS, block_size, budget_figure, render, slider_label, step_views, token_texts, \
+    values
 from viz import charts, page, text as words, theme
 
 METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtree", "PRESTO": "presto",
@@ -204,15 +205,16 @@ def step_once(form: Form, state, request: gr.Request = None):
 
 
 def show_step(k, pair_name, state):
-    """Replay a stored step: its tree, icicle, mask, explanation and caption."""
+    """Replay a stored step: its tree, icicle, mask, explanation and caption, and the slider's label says which (its
+    value is the visitor's: set here, it would pull back a slider still being dragged)."""
     records = (state or {}).get("records") or []
     if not records:
-        return values({}, STEP_VIEWS)
+        return values({}, REPLAY_VIEWS)
     k = int(min(max(0, k or 0), len(records) - 1))
     pair = _pair_of(pair_name, state)
     views = step_views(pair, records, k, token_texts(pair, records[: k + 1], state["texts"]), state)
     state["anim"] = {"step": k, "phase": None, "frame": 0, "mode": None}    # a playing step stops at its next tick
-    return values(views, STEP_VIEWS)
+    return values(views | {"slider": gr.Slider(label=slider_label(records, k))}, REPLAY_VIEWS)
 
 
 def compare(form: Form, state=None, request: gr.Request = None):

@@ -19,6 +19,7 @@ from viz.tree_graph import tree_figure
 TREE_HEIGHT = 360            # px: fixed, so the page never jumps as trees grow and shrink
 STEP_VIEWS = ("tree", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
               "phase")
+REPLAY_VIEWS = STEP_VIEWS + ("slider",)   # what moving the step slider refreshes: those, and the slider's label
 OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig",
            "calib_fig", "icicle", "mask", "explain", "explain_tree", "caption", "tree_facts", "graphml", "graph_json",
            "phase", "exact_timer", "anim_timer", "play", "trace_file")
@@ -93,7 +94,11 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
 def slider(records, k: int) -> gr.Slider:
     """The step slider on stored step k."""
     return gr.Slider(minimum=0, maximum=max(1, len(records) - 1), value=k, step=1, interactive=True,
-                     label=f"Step (replay any stored step; showing {k} of {len(records) - 1})")
+                     label=slider_label(records, k))
+
+
+def slider_label(records, k: int) -> str:
+    return f"Step (replay any stored step; showing {k} of {len(records) - 1})"
 
 
 def budget_figure(pair, records, state):

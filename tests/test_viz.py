@@ -296,7 +296,7 @@ def test_other_charts_and_token_html():
 def test_app_handlers_stream_one_update_per_step(monkeypatch):
     from studio import handlers, state
     from studio.handlers import Form
-    from studio.views import STEP_VIEWS, TREE_HEIGHT
+    from studio.views import REPLAY_VIEWS, TREE_HEIGHT
     from tests.conftest import tiny_pair
 
     monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
@@ -309,8 +309,11 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
     assert [r.step for r in records] == list(range(len(records)))
     assert "τ" in updates[-1][3] and "speed-up" in updates[-1][3]
     # replay an earlier step from the stored records
-    shown = dict(zip(STEP_VIEWS, handlers.show_step(1, "tiny", session)))
+    shown = dict(zip(REPLAY_VIEWS, handlers.show_step(1, "tiny", session)))
     tree, explain, caption = shown["tree"], shown["explain"], shown["caption"]
+    # the slider's label names the step shown; its value stays the visitor's (a drag is not pulled back)
+    assert shown["slider"].label == f"Step (replay any stored step; showing 1 of {len(records) - 1})"
+    assert "value" not in shown["slider"].constructor_args
     assert len(tree.data[1].x) == len(records[1].tree.tokens) and "This step (1)" in explain and caption
     assert "**Step 1.** Tree:" in shown["tree_facts"] and Path(shown["graphml"]).read_text().startswith("<?xml")
     assert tree.layout.height == TREE_HEIGHT and "Draft tree" in tree.layout.title.text
