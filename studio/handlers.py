@@ -143,7 +143,8 @@ def run(form: Form, state, request: gr.Request = None):
     else:
         ar_tps, plain = _plain(pair, ids, cfg, state, sum(len(r.committed) for r in records))
         div = first_divergence(plain, records) if cfg.temperature < GREEDY_BELOW else None
-        state["difference"] = words.divergence_note(div, form.method, token_texts(pair, plain, state["texts"]),
+        texts = token_texts(pair, plain + records, state["texts"])       # both tokens where they differ
+        state["difference"] = words.divergence_note(div, form.method, texts,
                                                     dtype_facts(pair.dtype, pair.device)[0]) if div else ""
     state["ar_tps"] = ar_tps
     status = "stopped" if stopped else "done"
@@ -245,7 +246,8 @@ def _verdict(pair, rows, runs, temperature: float, state) -> str:
     if verdict is not None:
         return verdict
     dtype = dtype_facts(pair.dtype, pair.device)[0]
-    return page.differences([words.divergence_note(div, label, token_texts(pair, records, state["texts"]), dtype)
+    texts = token_texts(pair, [r for records, _, _ in runs.values() for r in records], state["texts"])  # plain's too
+    return page.differences([words.divergence_note(div, label, texts, dtype)
                              for label, (records, div, _) in runs.items() if div is not None])
 
 

@@ -113,6 +113,9 @@ def test_clicking_a_differing_compare_row_shows_that_step(monkeypatch):
     assert "first differs from plain decoding" in tree_fig.layout.title.text
     verdict = handlers._verdict(base, [{"identical": "no"}] * len(handlers.COMPARED), state["compared"], 0.0, state)
     assert "token 4" in verdict and "near-tie" in verdict
+    # both differing tokens are named, plain decoding's too (it is in no step of the compared run)
+    assert f"plain decoding chose <code>␣{div.plain}</code>" in verdict
+    assert f"DDTree chose <code>␣{div.chosen}</code>" in verdict
 
 
 def test_a_run_that_differs_from_plain_decoding_says_where_in_its_metrics(monkeypatch):
