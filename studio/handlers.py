@@ -202,7 +202,7 @@ def step_once(form: Form, state, request: gr.Request = None):
     if not live[2]:
         return values({}) + [state]
     # Step shows the step it just made, never a representative one
-    return values(render(pair, live[2], state, state.get("ar_tps"), full=True, status="running")) + [state]
+    return values(render(pair, live[2], state, state.get("ar_tps"), full=True, status="stepping")) + [state]
 
 
 def show_step(k, pair_name, state):

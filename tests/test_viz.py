@@ -323,6 +323,10 @@ def test_app_handlers_stream_one_update_per_step(monkeypatch):
         out = handlers.step_once(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), s)
         s = out[-1]
         assert [r.step for r in s["records"]] == list(range(k + 1))
+        metrics = out[3]                                     # after the prefill alone: no 0.00s, no "0 / 0"
+        assert ("Step 0 was the prefill" in metrics and "0 / 0" not in metrics) if k == 0 else "τ = " in metrics
+        assert "measuring" not in metrics                    # Step never measures plain decoding: it says so
+        assert k == 0 or "– (Run measures it)" in metrics
 
 
 def test_app_auto_budget_shows_the_budget_chosen_per_step(monkeypatch, tmp_path):

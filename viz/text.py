@@ -99,13 +99,18 @@ def representative_step(records) -> tuple[int, str]:
 
 def metrics(summary, ar_tps: float | None, status: str = "done",
             sources: tuple[int, int, int] | None = None) -> str:
-    """The numbers that matter, with their definitions; status: running | stopped | done; sources: a hybrid
-    run's accepted drafts by proposer (drafter, retrieval, both)."""
+    """The numbers that matter, with their definitions; status: running | stepping | stopped | done (stepping:
+    Step's presses, which never measure plain decoding); sources: a hybrid run's accepted drafts by proposer
+    (drafter, retrieval, both)."""
     s = summary
-    if ar_tps and s.steps:
+    if not s.steps:
+        return ("Step 0 was the prefill: the numbers (τ, tokens/s, the speed-up against plain decoding) count the "
+                "decoding steps, from step 1 on.")
+    if ar_tps:
         speed = f"{s.tokens_per_second / ar_tps:.2f}×"
     else:
-        speed = {"running": "measuring…", "stopped": "– (stopped)"}.get(status, "–")
+        speed = {"running": "measuring…", "stepping": "– (Run measures it)",
+                 "stopped": "– (stopped)"}.get(status, "–")
     shares = " / ".join(f"{s.phase_shares[p]:.0%}" for p in PHASES)
     oracle = f"; oracle (perfect ranking, top-K) = {s.oracle_tau:.2f}" if s.oracle_tau else ""
     return "\n".join([
