@@ -112,7 +112,7 @@ def budget_figure(pair, records, state):
         exact = dict(job.points)                       # a copy: the worker adds points meanwhile
         note = None if job.done and not job.error else charts.exact_progress(len(exact), len(job.budgets), job.error)
     costs = COSTS.curves.get(pair.name) if pair is not None else None
-    fig = charts.budget_figure(records, costs, draft_ms(records), exact, note)
+    fig = charts.budget_figure(records, costs, draft_ms(records), exact, note, state.get("method"))
     return theme.present(fig, state.get("presenter"))
 
 

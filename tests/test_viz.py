@@ -144,6 +144,9 @@ def test_budget_chart_sets_the_exact_curve_beside_the_counterfactual_and_says_wh
     assert [t.name for t in fig.data] == [charts.EXACT, "achieved (this run)"]
     assert fig.layout.title.subtitle.text == charts.EXACT_ONLY_NOTE
     assert "chosen per step" in charts.budget_figure(beam).layout.title.text
+    plain = [replace(r, tree=root_only(r.tree.tokens[0])) for r in records]           # nothing drafted
+    assert "after the first speculative step" in charts.budget_figure(plain).layout.annotations[0].text
+    assert "plain decoding drafts no tree" in charts.budget_figure(plain, method="ar").layout.annotations[0].text
 
 
 def test_the_counterfactual_never_exceeds_what_a_step_committed():

@@ -65,16 +65,21 @@ def achieved(records) -> tuple[int, float]:
 
 
 def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: float | None = None,
-                  exact: dict[int, float] | None = None, exact_note: str | None = None) -> go.Figure:
+                  exact: dict[int, float] | None = None, exact_note: str | None = None,
+                  method: str | None = None) -> go.Figure:
     """Acceptance against node budget: the counterfactual curve, the expected one, the achieved point and, when
     given, the exact τ per budget (`core.replay`, as far as it has come) or `exact_note` (why there is none yet);
-    with the verification-cost curve, the estimated speed-up per budget (from the exact τ where there is one)."""
+    with the verification-cost curve, the estimated speed-up per budget (from the exact τ where there is one).
+    `method` "ar" (plain decoding, which never drafts) says so instead of promising a curve."""
     title = "Acceptance length vs node budget"
     c = budget_curves(records)
     drafted = any(r.tree.size for r in _decode(records))
     if not c and not (exact and drafted):
         if drafted:
             return chosen_budgets(records)
+        if method == "ar":
+            return _empty(title, "plain decoding drafts no tree, so τ does not depend on a node budget: "
+                                 "pick a tree method to see this chart", "acceptance-vs-budget")
         return _empty(title, "τ against the node budget b appears here after the first speculative step",
                       "acceptance-vs-budget")
     fig = go.Figure()
