@@ -213,6 +213,9 @@ def test_every_mark_has_a_legend_entry():
     tau = every_figure()["tau"]
     assert [t.name for t in tau.data][0] == "τ of the step" and "oracle bound" in tau.data[1].name
     assert "top-K" in tau.data[1].name
+    hybrid = [replace(r, tree=replace(r.tree, origin=[0] * len(r.tree.tokens))) for r in synthetic_run()]
+    oracle = charts.tau_per_step(hybrid).data[1]          # retrieval can accept past the drafter's top-K
+    assert "bound" not in oracle.name and "retrieval can go past it" in oracle.name and "≤" not in oracle.hovertemplate
     tree = [t.name for t in every_figure()["tree"].data if t.showlegend is not False]
     assert any("drafted node" in n for n in tree) and "accepted path" in tree and any("bonus" in n for n in tree)
 

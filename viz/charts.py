@@ -150,11 +150,15 @@ def tau_per_step(records) -> go.Figure:
     fig = go.Figure(go.Bar(x=[r.step for r in steps], y=[r.tau for r in steps], marker_color=theme.ACCEPTED,
                            name="τ of the step", hovertemplate="step %{x}: τ %{y}<extra></extra>"))
     if steps[0].oracle_depth is not None:
+        # a hybrid's retrieved nodes can reach past the drafter's top-K: there it bounds the drafter's part only
+        hybrid = any(r.tree.origin is not None for r in steps)
+        name, hover = (("drafter's oracle: 1 + deepest depth the target's continuation stays in the drafter's "
+                        "top-K (retrieval can go past it)", "drafter's oracle %{y}") if hybrid else
+                       ("oracle bound on τ: 1 + deepest depth the target's continuation stays in the drafter's "
+                        "top-K", "oracle bound τ ≤ %{y}"))
         fig.add_scatter(x=[r.step for r in steps], y=[1 + (r.oracle_depth or 0) for r in steps], mode="markers",
                         marker=dict(color=theme.ORACLE, symbol="line-ew-open", size=14, line=dict(width=3)),
-                        name="oracle bound on τ: 1 + deepest depth the target's continuation stays in the "
-                             "drafter's top-K",
-                        hovertemplate="step %{x}: oracle bound τ ≤ %{y}<extra></extra>")
+                        name=name, hovertemplate=f"step %{{x}}: {hover}<extra></extra>")
     fig.update_layout(**theme.layout(title, filename="tau-per-step", xaxis=dict(title="step"),
                                      yaxis=dict(title="τ (tokens / target forward)")))
     return fig
