@@ -1,9 +1,12 @@
 """The app's words: each step says what it did with its numbers, step 0 is the prefill, a finished run rests on a
 typical step (not the truncated last one), and the budget note quotes the cost curve when a tree cannot pay."""
+from dataclasses import replace
+
 import numpy as np
 
 from core.config import DecodeConfig
 from core.engine import run
+from core.tree import root_only
 from viz import text as words
 
 
@@ -40,6 +43,9 @@ def test_representative_step_skips_the_truncated_last_step(pair):
     assert 0 < k < len(records) - 1 and "median" in rule and f"step {records[-1].step}" in rule
     assert abs(records[k].tau - np.median(taus)) == min(abs(t - np.median(taus)) for t in taus)
     assert words.representative_step(records[:1]) == (0, "the last step")      # the prefill alone
+    assert "the run's median" in rule
+    plain = records[:2] + [replace(r, tree=root_only(r.bonus)) for r in records[2:6]] + records[6:]
+    assert "the drafting steps' median" in words.representative_step(plain)[1]  # an auto budget's plain steps
 
 
 def test_budget_note_says_when_a_tree_cannot_pay():

@@ -94,7 +94,10 @@ def representative_step(records) -> tuple[int, str]:
         return len(records) - 1, "the last step"
     median = statistics.median(records[i].tau for i in full)
     best = min(full, key=lambda i: (abs(records[i].tau - median), -i))
-    return best, f"a typical step: τ nearest the run's median τ ({median:g}); the last is step {records[-1].step}"
+    # an auto budget's plain steps (τ = 1) are not in the median: say so, or it contradicts the run's mean τ
+    plain = any(r.step > 0 and r.tree.size == 0 for r in records[:-1])
+    whose = "the drafting steps'" if plain else "the run's"
+    return best, f"a typical step: τ nearest {whose} median τ ({median:g}); the last is step {records[-1].step}"
 
 
 def metrics(summary, ar_tps: float | None, status: str = "done",
