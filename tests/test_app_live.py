@@ -415,6 +415,7 @@ def test_a_shipped_trace_opens_by_url_with_no_model_and_a_corrupt_upload_gets_a_
         title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
         page.locator("#step_slider input[type=range]").fill("1")
         page.wait_for_function(f"{title}.includes('step 1:')", timeout=30_000)
+        expect(page.locator("#step_slider")).to_contain_text("showing 1 of", timeout=30_000)   # its label follows
         for tab, ids in PLOTS.items():
             if tab == "Compare":                                # Compare decodes anew: it needs the model
                 continue
@@ -495,3 +496,23 @@ def test_a_link_opens_a_step_phase_and_the_keys_and_play_animate_it(url):
             page.close()
         browser.close()
     assert not errors, errors
+
+
+@pytest.mark.usefixtures("chromium")
+def test_a_phone_reads_the_metrics_table_with_no_number_or_word_broken(url):
+    """At 390 px the metrics table is wider than the column: it scrolls sideways rather than breaking "3.17" or
+    "tokens/s" into a letter or two a line."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(url + "?trace=math")
+        expect(page.locator("#metrics td").first).to_contain_text(".", timeout=60_000)
+        lines = page.evaluate("""() => Array.from(document.querySelectorAll('#metrics th, #metrics td'))
+            .filter(c => !c.innerText.includes(' ')).map(c => {
+              const r = document.createRange(); r.selectNodeContents(c);
+              return [c.innerText, new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size]; })""")
+        assert lines and all(n == 1 for _, n in lines), lines          # each one-word cell on one line
+        page.screenshot(path=str(OUT / "metrics-390x844.png"), full_page=True)
+        browser.close()

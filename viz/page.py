@@ -84,6 +84,8 @@ def layout_css(tree_height: int, presenter_tree_height: int) -> str:
 #machine p {{ font-size: 13px; margin: 0; }}
 #budget_note p {{ font-size: 12.5px; margin: 0; }}
 #caption p {{ font-size: 13.5px; margin: 2px 0; }}
+#metrics {{ overflow-x: auto; }}
+#metrics th, #metrics td {{ overflow-wrap: normal; word-break: normal; }}
 #tree {{ min-height: {tree_height}px; }}
 #phase_bar {{ gap: 6px; }}
 #phase_bar button {{ padding: 1px 10px; min-height: 0; }}
