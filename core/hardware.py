@@ -87,7 +87,7 @@ def auto_dtype(device_type: str = "cpu") -> DtypeChoice:
     _, flags = cpu_info()
     native = [f for f in NATIVE_BF16_FLAGS if f in flags]
     if native:
-        return DtypeChoice(torch.bfloat16, f"bf16: this CPU computes it natively ({', '.join(native)})")
+        return DtypeChoice(torch.bfloat16, f"bf16: this CPU computes it natively, {', '.join(native)}")
     if "avx2" in flags or "avx512f" in flags:
         return DtypeChoice(torch.float32, "fp32: this CPU has no AVX512-BF16 or AMX, so bf16 would be emulated "
                                           "and a tree forward would cost several times as much")

@@ -253,6 +253,15 @@ def test_axes_make_room_for_their_titles_and_tick_labels():
     assert budget.layout.yaxis2.title.text and budget.layout.margin.r >= 20
 
 
+def test_step_axes_tick_whole_steps_on_short_runs():
+    short = synthetic_run()
+    assert short[-1].step - short[0].step <= 10
+    for fig in (charts.tau_per_step(short), charts.time_breakdown(short), charts.chosen_budgets(short)):
+        assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.title.text == "step"    # never 0.5, 1.5 ...
+    long = [replace(short[-1], step=s) for s in range(1, 60)]
+    assert charts.tau_per_step(long).layout.xaxis.dtick is None                        # plotly's own spacing
+
+
 def test_dark_css_is_scoped_to_dark_and_covers_plots_and_tokens():
     css = theme.DARK_CSS
     rules = [r.strip() for r in css.split("}") if r.strip()]

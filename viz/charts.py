@@ -112,6 +112,11 @@ def budget_figure(records, cost_ms: dict[int, float] | None = None, draft_ms: fl
     return fig
 
 
+def step_axis(steps) -> dict:
+    """An x axis of decoding steps: whole-number ticks (left alone, a run of a few steps gets 0.5, 1.5 ...)."""
+    return dict(title="step", dtick=1 if steps[-1].step - steps[0].step <= 10 else None)
+
+
 def chosen_budgets(records) -> go.Figure:
     """Adaptive-budget runs: the budget chosen at each step against the acceptance it bought."""
     title = "Adaptive budget: the budget chosen per step"
@@ -128,7 +133,8 @@ def chosen_budgets(records) -> go.Figure:
                 marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
     fig.add_scatter(x=[r.step for r in steps], y=budgets, mode="lines+markers", name="node budget chosen",
                     yaxis="y2", line=dict(color=theme.ORACLE), hovertemplate="step %{x}: budget %{y}<extra></extra>")
-    fig.update_layout(**theme.layout(title, filename="budget-chosen-per-step", xaxis=dict(title="step"),
+    fig.update_layout(**theme.layout(title, filename="budget-chosen-per-step",
+                                     xaxis=step_axis(steps),
                                      yaxis=dict(title="τ of the step", dtick=1),
                                      yaxis2=dict(title="node budget b", overlaying="y", side="right", showgrid=False,
                                                  **ticks)))
@@ -159,7 +165,7 @@ def tau_per_step(records) -> go.Figure:
         fig.add_scatter(x=[r.step for r in steps], y=[1 + (r.oracle_depth or 0) for r in steps], mode="markers",
                         marker=dict(color=theme.ORACLE, symbol="line-ew-open", size=14, line=dict(width=3)),
                         name=name, hovertemplate=f"step %{{x}}: {hover}<extra></extra>")
-    fig.update_layout(**theme.layout(title, filename="tau-per-step", xaxis=dict(title="step"),
+    fig.update_layout(**theme.layout(title, filename="tau-per-step", xaxis=step_axis(steps),
                                      yaxis=dict(title="τ (tokens / target forward)")))
     return fig
 
@@ -204,7 +210,7 @@ def time_breakdown(records) -> go.Figure:
     fig = go.Figure([go.Bar(x=[r.step for r in steps], y=[1000 * r.seconds.get(p, 0.0) for r in steps], name=name,
                             marker_color=color, hovertemplate=f"step %{{x}}: {p} %{{y:.1f}} ms<extra></extra>")
                      for p, (name, color) in PHASES.items()])
-    fig.update_layout(**theme.layout(title, filename="time-per-phase", barmode="stack", xaxis=dict(title="step"),
+    fig.update_layout(**theme.layout(title, filename="time-per-phase", barmode="stack", xaxis=step_axis(steps),
                                      yaxis=dict(title="time (ms)")))
     return fig
 
