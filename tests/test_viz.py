@@ -262,6 +262,13 @@ def test_step_axes_tick_whole_steps_on_short_runs():
     assert charts.tau_per_step(long).layout.xaxis.dtick is None                        # plotly's own spacing
 
 
+def test_chosen_budget_line_breaks_across_plain_steps():
+    run = synthetic_run(steps=4)                                   # the prefill, then four drafted steps
+    line = charts.chosen_budgets(run[:1] + [replace(r, step=s) for r, s in zip(run[1:], (1, 2, 9, 10))]).data[1]
+    assert list(line.x) == [1, 2, None, 9, 10] and line.y[2] is None and line.connectgaps is False
+    assert "plain steps" in line.name
+
+
 def test_dark_css_is_scoped_to_dark_and_covers_plots_and_tokens():
     css = theme.DARK_CSS
     rules = [r.strip() for r in css.split("}") if r.strip()]

@@ -131,8 +131,16 @@ def chosen_budgets(records) -> go.Figure:
     fig = go.Figure()
     fig.add_bar(x=[r.step for r in steps], y=[r.tau for r in steps], name="τ of the step",
                 marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
-    fig.add_scatter(x=[r.step for r in steps], y=budgets, mode="lines+markers", name="node budget chosen",
-                    yaxis="y2", line=dict(color=theme.ORACLE), hovertemplate="step %{x}: budget %{y}<extra></extra>")
+    x, y = [], []                    # the line breaks across plain steps (a paused auto budget drafts nothing)
+    for r, b in zip(steps, budgets):
+        if x and x[-1] is not None and r.step > x[-1] + 1:
+            x.append(None)
+            y.append(None)
+        x.append(r.step)
+        y.append(b)
+    fig.add_scatter(x=x, y=y, mode="lines+markers", name="node budget chosen (gaps: plain steps)", yaxis="y2",
+                    connectgaps=False, line=dict(color=theme.ORACLE),
+                    hovertemplate="step %{x}: budget %{y}<extra></extra>")
     fig.update_layout(**theme.layout(title, filename="budget-chosen-per-step",
                                      xaxis=step_axis(steps),
                                      yaxis=dict(title="τ of the step", dtick=1),
