@@ -514,5 +514,8 @@ def test_a_phone_reads_the_metrics_table_with_no_number_or_word_broken(url):
               const r = document.createRange(); r.selectNodeContents(c);
               return [c.innerText, new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size]; })""")
         assert lines and all(n == 1 for _, n in lines), lines          # each one-word cell on one line
+        page.locator("#tree .js-plotly-plot").hover()                  # where a desktop shows Plotly's modebar
+        modebar = page.locator("#tree .modebar")
+        assert modebar.count() == 1 and not modebar.is_visible()        # a phone's would lie under PNG/SVG
         page.screenshot(path=str(OUT / "metrics-390x844.png"), full_page=True)
         browser.close()
