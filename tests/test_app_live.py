@@ -347,8 +347,12 @@ def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
         page.goto(url)
         page.locator("#presenter input").check()
         page.wait_for_function("() => document.documentElement.classList.contains('presenter')")
+        expect(page.locator("#settings")).to_be_hidden()         # the layout has settled: Run is where a user sees it
+        expect(page.locator("#run")).to_be_in_viewport(ratio=1)
+        page.evaluate("window.scrollTo(0, 0)")
         page.locator("#run").click()
         expect(page.locator("#metrics")).to_contain_text("×", timeout=300_000)
+        assert page.evaluate("window.scrollY") == 0                            # Run did not scroll the page
         page.wait_for_function(f"() => {fig}.font.size >= 16", timeout=30_000)
         for sel in ("#out .tokens", "#caption p", "#metrics p"):
             assert _font_px(page, sel) >= 20, sel
