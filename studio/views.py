@@ -71,10 +71,11 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
     slow run-level charts); when done, a representative step with the slider on it (or step index `shown`, token
     `highlight` outlined)."""
     texts = token_texts(pair, records, state["texts"])
+    live = status in ("running", "stepping")   # Run's or Step's latest step: no representative one, no exact curve
     state.pop("anim", None)             # the step's animation stops (its timer below): a tick in flight is superseded
     if shown is not None:
         rule = "where it first differs from plain decoding"
-    elif status in ("running", "stepping"):
+    elif live:
         shown, rule = len(records) - 1, ""
     else:
         shown, rule = words.representative_step(records)
@@ -82,7 +83,7 @@ def render(pair, records, state, ar_tps, full: bool, status: str = "done", shown
     views |= {"text": token_html(records, texts, highlight), "slider": slider(records, shown),
               "metrics": page.metrics_md(records, ar_tps, status, state.get("difference", "")),
               "budget_fig": budget_figure(pair, records, state), "anim_timer": gr.Timer(active=False), "play": PLAY}
-    if status not in ("running", "stepping"):   # the timer drawing the exact curve as it comes runs while replayed
+    if not live:                      # the timer that draws the exact curve as it comes runs while it is replayed
         job = EXACT.jobs.get(state.get("exact"))
         views["exact_timer"] = gr.Timer(active=job is not None and not job.done)
     if full:

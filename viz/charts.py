@@ -133,7 +133,7 @@ def chosen_budgets(records) -> go.Figure:
                 marker_color=theme.ACCEPTED, opacity=0.45, hovertemplate="step %{x}: τ %{y}<extra></extra>")
     x, y = [], []                    # the line breaks across plain steps (a paused auto budget drafts nothing)
     for r, b in zip(steps, budgets):
-        if x and x[-1] is not None and r.step > x[-1] + 1:
+        if x and r.step > x[-1] + 1:
             x.append(None)
             y.append(None)
         x.append(r.step)
