@@ -121,12 +121,12 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
     """Tree, icicle, mask, explanation, tree again (How it works) and the caption for stored step k (full=False:
     the tree and the caption only)."""
     r = records[k]
-    note = f" ({rule})" if rule else ""
-    if state.get("presenter"):          # the rule that chose the step would not fit in a title in large type
-        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}", **PRESENTER_TREE)
+    if state.get("presenter"):          # in large type the title stays clear of the PNG/SVG buttons beside it
+        fig = tree_figure(r, texts, title=f"step {r.step}", subtitle=f"{r.tree.size} nodes, τ = {r.tau}",
+                          **PRESENTER_TREE)
     else:
-        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}{note}",
-                          height=TREE_HEIGHT)
+        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}",
+                          subtitle=rule[:1].upper() + rule[1:] or None, height=TREE_HEIGHT)
     size = block_size(pair, state)
     caption = words.step_caption(r, texts, size, state.get("prompt_tokens"), state.get("method", ""))
     if not full:

@@ -205,8 +205,8 @@ def test_compare_in_bf16_shows_where_and_why_outputs_differ(url):
             assert row.locator("[role=gridcell]").nth(5).inner_text().strip().startswith("no: token")
             row.locator("[role=gridcell]").first.click()
             expect(page.locator("#out .tok.diff")).to_have_count(1, timeout=60_000)
-            title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
-            page.wait_for_function(f"{title}.includes('first differs from plain decoding')", timeout=60_000)
+            rule = "() => document.querySelector('#tree .js-plotly-plot').layout.title.subtitle.text"
+            page.wait_for_function(f"{rule}.includes('first differs from plain decoding')", timeout=60_000)
             page.screenshot(path=str(OUT / "app-compare-bf16.png"), full_page=True)
             browser.close()
     finally:
@@ -365,6 +365,8 @@ def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
         assert layout["font"]["color"] == theme.INK["light"]
         assert min(a["font"]["size"] for a in layout["annotations"]) >= 16
         assert layout["legend"]["font"]["size"] >= 16
+        title, png = page.locator("#tree .gtitle").bounding_box(), page.locator("#tree button", has_text="PNG")
+        assert title["x"] + title["width"] < png.bounding_box()["x"], (title, png.bounding_box())  # not under it
         page.screenshot(path=str(OUT / "presenter-1280x720.png"))
         page.set_viewport_size({"width": 1920, "height": 1080})
         page.screenshot(path=str(OUT / "presenter-1920x1080.png"))

@@ -110,7 +110,7 @@ def test_clicking_a_differing_compare_row_shows_that_step(monkeypatch):
     text, tree_fig, slider = out[:3]
     assert text.count(" diff\"") == 1 and out[-1]["records"] is tree
     assert tree.index(next(r for r in tree if r.step == div.step)) == slider.value
-    assert "first differs from plain decoding" in tree_fig.layout.title.text
+    assert "first differs from plain decoding" in tree_fig.layout.title.subtitle.text
     verdict = handlers._verdict(base, [{"identical": "no"}] * len(handlers.COMPARED), state["compared"], 0.0, state)
     assert "token 4" in verdict and "near-tie" in verdict
     # both differing tokens are named, plain decoding's too (it is in no step of the compared run)

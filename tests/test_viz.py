@@ -476,10 +476,16 @@ def test_presenter_toggle_redraws_the_run_in_its_style_and_a_new_run_keeps_it(mo
     on = dict(zip(OUTPUTS + ("state",), handlers.present(True, True, "tiny", session)))
     assert on["state"]["presenter"] == "dark" and on["tree"].layout.height == PRESENTER_TREE["height"]
     assert on["tree"].layout.font.color == theme.INK["dark"] and on["tau_fig"].layout.font.size >= 16
+    # the large title is short (the PNG/SVG buttons stand beside it); the counts are in its subtitle
+    shown = session["records"][on["slider"].value]
+    assert on["tree"].layout.title.text == f"Draft tree, step {shown.step}"
+    assert on["tree"].layout.title.subtitle.text == f"{shown.tree.size} nodes, τ = {shown.tau}"
     again = dict(zip(OUTPUTS + ("state",), list(handlers.run(form, on["state"]))[-1]))
     assert again["tree"].layout.font.color == theme.INK["dark"]                   # a new run stays in presenter mode
     off = dict(zip(OUTPUTS + ("state",), handlers.present(False, True, "tiny", again["state"])))
     assert off["state"]["presenter"] is None and off["tree"].layout.height == TREE_HEIGHT
     assert off["tree"].layout.font.size == theme.FONT["size"]
+    assert off["tree"].layout.title.text.endswith(f"{shown.tree.size} nodes, τ = {shown.tau}")
+    assert off["tree"].layout.title.subtitle.text.startswith(("A typical step", "The last step"))  # the rule
     empty = handlers.present(True, False, "tiny", None)                          # before any run: only the state
     assert empty[-1]["presenter"] == "light"

@@ -55,7 +55,7 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 
 
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
-                label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"], nodes: int | None = None,
+                subtitle: str | None = None, label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"], nodes: int | None = None,
                 path: int | None = None) -> go.Figure:
     """The step's draft tree; `height` fixes the figure's height (labels are spaced for it); `label_px` is a label's
     vertical room (its font is 2 px smaller) and `bottom_px` the room under the plot for the axis title and the
@@ -123,7 +123,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     fig = go.Figure([edges, dots] + ([rings] if found else []) + ([accepted] if path else []) +
                     ([bonus] if with_bonus else []))
     fig.update_layout(**theme.layout(
-        title if "tree" in title.lower() else f"Draft tree, {title}", filename=f"tree-step-{record.step}",
+        title if "tree" in title.lower() else f"Draft tree, {title}", subtitle, filename=f"tree-step-{record.step}",
         height=height, margin=margin,
         annotations=annotations,
         xaxis=dict(title="depth (tokens after the bonus root)", dtick=1, zeroline=False, showgrid=True,
