@@ -15,9 +15,8 @@ except ImportError:                     # local machines, CPU Spaces, CI
     def gpu(fn):
         return fn
 
-from core.config import MAX_BUDGET
 from studio import animation, handlers, sharing, views
-from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, Form
+from studio.handlers import COMPARED, DEFAULT_BUDGET, DEFAULT_METHOD, METHODS, PAGE_MAX_BUDGET, Form
 from studio.plots import plot
 from studio.state import PAIRS, app_dtype, forget, fresh_state, get_pair, health, machine_md, start_cost_curves, \
     stop, usable_pairs
@@ -86,7 +85,7 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
                 step_btn = gr.Button("Step", elem_id="step", min_width=60)
                 stop_btn = gr.Button("Stop", variant="stop", elem_id="stop", min_width=60)
             method = gr.Dropdown(list(METHODS), value=DEFAULT_METHOD, label="Method", elem_id="method")
-            budget = gr.Slider(1, min(512, MAX_BUDGET), value=DEFAULT_BUDGET, step=1,
+            budget = gr.Slider(1, PAGE_MAX_BUDGET, value=DEFAULT_BUDGET, step=1,
                                label="Node budget B (auto: the most it may use)", elem_id="budget")
             budget_note = gr.Markdown(elem_id="budget_note")
             with gr.Accordion("Sampling, length, seed, model pair", open=False, elem_id="settings"):
@@ -181,10 +180,9 @@ with gr.Blocks(title="Draft-tree studio", analytics_enabled=False) as demo:
     exact_timer.tick(handlers.show_exact, [state], [budget_fig, exact_timer], queue=False, show_progress="hidden")
     stop_btn.click(stop, None, None, queue=False)   # outside the model queue, so it acts while a run holds it
     status_inputs, status_outputs = [method, budget, pair_name], [machine, budget_note, timer]
-    demo.load(handlers.refresh, status_inputs, status_outputs, queue=False)
-    timer.tick(handlers.refresh, status_inputs, status_outputs, queue=False, show_progress="hidden")
-    gr.on([method.change, budget.change, pair_name.change], handlers.refresh, status_inputs, status_outputs,
-          queue=False)
+    # raw values (no preprocessing): a budget typed out of range gets refresh's note, not a wordless error badge
+    gr.on([demo.load, timer.tick, method.change, budget.change, pair_name.change], handlers.refresh, status_inputs,
+          status_outputs, queue=False, show_progress="hidden", preprocess=False)
     presenter.change(handlers.present, [presenter, dark, pair_name, state], OUTPUTS, js=PRESENTER_JS,
                      concurrency_id="model", show_progress="hidden")
     demo.load(None, None, presenter, js=PRESENTER_URL_JS)      # ?presenter=1 opens in presenter mode

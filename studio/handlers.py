@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from core.accept import GREEDY_BELOW
-from core.config import DecodeConfig
+from core.config import MAX_BUDGET, DecodeConfig
 from core.divergence import first_divergence
 from core.engine import check_fits, generate, output_ids
 from core.hardware import dtype_facts
@@ -32,6 +32,7 @@ METHODS = {"Plain decoding (AR)": "ar", "DFlash chain": "chain", "DDTree": "ddtr
            "PRESTO, auto budget": "presto-auto", "Hybrid, auto budget": "hybrid-auto"}
 COMPARED = ("Plain decoding (AR)", "DFlash chain", "DDTree", "DDTree, auto budget", "PRESTO", "Hybrid, auto budget")
 DEFAULT_METHOD, DEFAULT_BUDGET = "Hybrid, auto budget", 64  # fastest (BENCHMARKS.md, "The app on this CPU")
+PAGE_MAX_BUDGET = min(512, MAX_BUDGET)      # the budget slider's top
 UPDATE_INTERVAL = 0.35       # seconds between streamed UI updates (the engine never waits for the UI)
 FULL_INTERVAL = 1.5          # seconds between updates of the whole chart set while a run streams
 MAX_PROMPT_CHARS = 20_000
@@ -288,10 +289,20 @@ def _pair_of(pair_name, state):
 
 
 def refresh(method_label, budget, pair_name):
-    """The header and the budget note; the timer that calls this stops once the curve is measured."""
+    """The header and the budget note; the timer that calls this stops once the curve is measured. It takes the
+    controls' raw values (events with preprocess=False): a budget typed past the slider's range, before the box is
+    left, gets a note instead of Gradio's wordless error badge."""
     pair = PAIRS.get(pair_name)
     method = METHODS.get(method_label, "ddtree")
     curve = COSTS.curves.get(pair_name)
     machine = f"{dtype_facts(pair.dtype, pair.device)[0]} on this {pair.device.type.upper()}" if pair else ""
-    note = words.budget_note(method, int(budget or 1), block_size(pair) if pair else None, curve, machine)
+    try:
+        typed = float(budget)
+    except (TypeError, ValueError):
+        typed = float(DEFAULT_BUDGET)
+    b = int(min(max(typed, 1), PAGE_MAX_BUDGET))
+    note = words.budget_note(method, b, block_size(pair) if pair else None, curve, machine)
+    if typed != b:
+        note = (f"**B = {typed:g} is out of range**: the node budget runs from 1 to {PAGE_MAX_BUDGET}, so leaving the "
+                f"box sets it to {b}. " + note)
     return machine_md(pair_name), note, gr.Timer(active=curve is None)

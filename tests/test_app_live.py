@@ -330,6 +330,29 @@ def _font_px(page, selector: str) -> float:
 
 
 @pytest.mark.usefixtures("chromium")
+def test_a_budget_typed_out_of_range_is_explained_and_set_in_range(url):
+    """Typing 9999 in the budget box and pressing Enter: the note under it says the range and what leaving the box
+    sets, with no wordless 'Error' badge anywhere; leaving the box sets 512."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(url)
+        expect(page.locator("#budget_note")).to_contain_text("auto budget keeps", timeout=60_000)
+        box = page.locator("#budget input[type=number]")
+        box.fill("9999")
+        box.press("Enter")
+        expect(page.locator("#budget_note")).to_contain_text("B = 9999 is out of range", timeout=30_000)
+        expect(page.locator("#budget_note")).to_contain_text("sets it to 512")
+        expect(page.get_by_text("Error", exact=True)).to_have_count(0)
+        page.locator("#prompt textarea").click()                                  # leave the box
+        expect(box).to_have_value("512")
+        expect(page.locator("#budget_note")).not_to_contain_text("out of range")
+        browser.close()
+
+
+@pytest.mark.usefixtures("chromium")
 def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
     """Presenter mode at 1280x720: after a Run of the default example, body text is at least 20 px, the settings
     are folded away, the text sits beside the tree and the tree is inside the viewport, its labels and ticks at

@@ -75,3 +75,16 @@ def test_cli_help_and_bad_flags():
     bad = subprocess.run([sys.executable, "-m", "core.generate", "--prompt", "hi", "--top-p", "2"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "top_p" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_budget_typed_out_of_range_gets_a_note_not_an_error(monkeypatch):
+    """The page's status handler takes the budget box's raw value (the box holds 9999 until it is left): it names the
+    range and what the box will set, and never raises."""
+    from studio import handlers, state
+
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    for typed, kept in ((9999, handlers.PAGE_MAX_BUDGET), (0, 1), (-3.5, 1)):
+        note = handlers.refresh("DDTree", typed, "tiny")[1]
+        assert f"B = {typed:g} is out of range" in note and f"sets it to {kept}." in note, note
+    assert "out of range" not in handlers.refresh("DDTree", 64, "tiny")[1]
+    assert "out of range" not in handlers.refresh("DDTree", None, "tiny")[1]          # an emptied box
