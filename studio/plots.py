@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+FIGURE_CLASS = "downloadable-figure"   # every plot block with the buttons (viz.page: on a phone, below them)
 PNG_SCALE = 2             # PNG pixels per screen pixel: sharp on a projected slide
 # runs in the browser: the plot inside #{elem_id}, exported as drawn (the visitor's zoom included) on white
 DOWNLOAD_JS = """() => {{
@@ -23,7 +24,7 @@ def plot(elem_id: str, **kwargs) -> gr.Plot:
     """A gr.Plot with PNG and SVG download buttons in its corner; call inside the Blocks (the buttons' clicks run in
     the browser only, outside the model queue)."""
     png, svg = gr.Button("PNG", size="sm"), gr.Button("SVG", size="sm")
-    fig = gr.Plot(show_label=False, elem_id=elem_id, buttons=[png, svg], **kwargs)
+    fig = gr.Plot(show_label=False, elem_id=elem_id, elem_classes=[FIGURE_CLASS], buttons=[png, svg], **kwargs)
     png.click(None, js=DOWNLOAD_JS.format(elem_id=elem_id, fmt="png", scale=PNG_SCALE), queue=False)
     svg.click(None, js=DOWNLOAD_JS.format(elem_id=elem_id, fmt="svg", scale=1), queue=False)
     return fig

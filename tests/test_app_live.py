@@ -530,7 +530,7 @@ def test_a_link_opens_a_step_phase_and_the_keys_and_play_animate_it(url):
 @pytest.mark.usefixtures("chromium")
 def test_a_phone_reads_the_metrics_table_with_no_number_or_word_broken(url):
     """At 390 px the metrics table is wider than the column: it scrolls sideways rather than breaking "3.17" or
-    "tokens/s" into a letter or two a line."""
+    "tokens/s" into a letter or two a line; the figures' titles lie below their PNG/SVG buttons, not under them."""
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as p:
@@ -546,5 +546,10 @@ def test_a_phone_reads_the_metrics_table_with_no_number_or_word_broken(url):
         page.locator("#tree .js-plotly-plot").hover()                  # where a desktop shows Plotly's modebar
         modebar = page.locator("#tree .modebar")
         assert modebar.count() == 1 and not modebar.is_visible()        # a phone's would lie under PNG/SVG
+        for plot in ("#tree", "#budget_chart"):                         # each title below the PNG/SVG buttons
+            page.locator(plot).scroll_into_view_if_needed()
+            png = page.locator(plot).get_by_role("button", name="PNG").bounding_box()
+            title = page.locator(f"{plot} .gtitle").bounding_box()
+            assert title["y"] >= png["y"] + png["height"], (plot, title, png)
         page.screenshot(path=str(OUT / "metrics-390x844.png"), full_page=True)
         browser.close()

@@ -77,7 +77,8 @@ PRESENTER_CSS = "".join(f"{selector} {{ {'; '.join(d.strip() + ' !important' for
 
 def layout_css(tree_height: int, presenter_tree_height: int) -> str:
     """The page's own CSS: compact header lines, a tree pane of fixed height (so the page never jumps), no Plotly
-    modebar on a phone (it lay under the PNG/SVG buttons; pinch-zoom does its work there), and presenter mode's."""
+    modebar on a phone (it lay under the PNG/SVG buttons; pinch-zoom does its work there) and each figure below those
+    buttons there (a title ran under them), and presenter mode's."""
     return f"""
 #presenter {{ padding: 0 !important; border: none !important; background: none !important; box-shadow: none; }}
 #presenter label {{ padding: 0 !important; justify-content: flex-end; }}
@@ -91,7 +92,10 @@ def layout_css(tree_height: int, presenter_tree_height: int) -> str:
 #phase_bar button {{ padding: 1px 10px; min-height: 0; }}
 #phase label {{ padding: 1px 8px; }}
 .presenter #tree {{ min-height: {presenter_tree_height}px !important; }}
-@media (max-width: 640px) {{ .js-plotly-plot .modebar-container {{ display: none !important; }} }}
+@media (max-width: 640px) {{
+  .js-plotly-plot .modebar-container {{ display: none !important; }}
+  .downloadable-figure > .js-plotly-plot {{ margin-top: 34px; }}
+}}
 """ + PRESENTER_CSS
 
 
