@@ -372,6 +372,9 @@ def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
         page.wait_for_function("() => document.documentElement.classList.contains('presenter')")
         expect(page.locator("#settings")).to_be_hidden()         # the layout has settled: Run is where a user sees it
         expect(page.locator("#run")).to_be_in_viewport(ratio=1)
+        expect(page.locator("#budget")).to_be_in_viewport(ratio=1)
+        label = page.locator("#budget .head > label").bounding_box()     # a row of its own: two lines, not five
+        assert label["height"] < 80 and label["width"] > 200, label
         page.evaluate("window.scrollTo(0, 0)")
         page.locator("#run").click()
         expect(page.locator("#metrics")).to_contain_text("×", timeout=300_000)
