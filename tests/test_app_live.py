@@ -375,6 +375,7 @@ def test_presenter_mode_large_type_and_the_text_beside_the_tree(url):
         expect(page.locator("#budget")).to_be_in_viewport(ratio=1)
         label = page.locator("#budget .head > label").bounding_box()     # a row of its own: two lines, not five
         assert label["height"] < 80 and label["width"] > 200, label
+        assert page.locator("#phase_bar").bounding_box()["height"] < 45                  # the phase bar on one line
         page.evaluate("window.scrollTo(0, 0)")
         page.locator("#run").click()
         expect(page.locator("#metrics")).to_contain_text("×", timeout=300_000)

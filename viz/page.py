@@ -58,6 +58,8 @@ _PRESENTER_RULES = {
     ".presenter #settings, .presenter #examples, .presenter #budget_note, .presenter #machine": "display: none",
     ".presenter #title h3": "font-size: 22px",
     ".presenter #budget .head > label": "flex: 1 1 100%",     # the label a row of its own, not five narrow lines
+    ".presenter #phase_bar button, .presenter #phase label span": "font-size: 18px",   # the phase bar on one line
+    ".presenter #phase label": "padding: 1px 5px",
     ".presenter #caption p, .presenter #metrics p, .presenter #metrics td, .presenter #metrics th": "font-size: 20px",
     ".presenter #views": "display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr); gap: 12px; "
                          "align-items: start",
