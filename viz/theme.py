@@ -12,7 +12,7 @@ from plotly.colors import sample_colorscale
 
 ACCEPTED = "#16a34a"    # drafted token the target accepted
 BONUS = "#2563eb"       # token chosen by the target itself (bonus / correction)
-RETRIEVED = "#c026d3"   # ring around a node found by retrieval (hybrid trees): copied from the prompt or reply
+RETRIEVED = "#c026d3"   # ring around a node found by retrieval (hybrid trees): copied from the prompt or the reply
 REJECTED = "#9ca3af"    # drafted token off the accepted path
 ORACLE = "#f59e0b"
 DRAFT = "#8b5cf6"

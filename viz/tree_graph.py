@@ -87,7 +87,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     dots = _node_trace(record, texts, x, y, slot_px, scatter, n)
     found = [i for i, o in enumerate(origins(tree)[:n]) if i and o & RETRIEVED]
     rings = scatter(x=[x[i] for i in found], y=[y[i] for i in found], mode="markers", hoverinfo="skip",
-                    name="found by retrieval (copied from the prompt or reply)",
+                    name="found by retrieval (in the prompt or reply)",
                     marker=dict(size=max(8, min(18, int(slot_px) + 6)), symbol="diamond-open", color=theme.RETRIEVED,
                                 line=dict(width=2, color=theme.RETRIEVED)))
 
