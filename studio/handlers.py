@@ -5,6 +5,7 @@ every UI value comes from `studio.views` built from the engine's StepRecords.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,9 +301,9 @@ def refresh(method_label, budget, pair_name):
         typed = float(budget)
     except (TypeError, ValueError):
         typed = float(DEFAULT_BUDGET)
-    b = int(min(max(typed, 1), PAGE_MAX_BUDGET))
+    b = int(min(max(round(typed), 1), PAGE_MAX_BUDGET)) if math.isfinite(typed) else PAGE_MAX_BUDGET
     note = words.budget_note(method, b, block_size(pair) if pair else None, curve, machine)
-    if typed != b:
+    if not 1 <= typed <= PAGE_MAX_BUDGET:
         note = (f"**B = {typed:g} is out of range**: the node budget runs from 1 to {PAGE_MAX_BUDGET}, so leaving the "
                 f"box sets it to {b}. " + note)
     return machine_md(pair_name), note, gr.Timer(active=curve is None)

@@ -87,4 +87,5 @@ def test_a_budget_typed_out_of_range_gets_a_note_not_an_error(monkeypatch):
         note = handlers.refresh("DDTree", typed, "tiny")[1]
         assert f"B = {typed:g} is out of range" in note and f"sets it to {kept}." in note, note
     assert "out of range" not in handlers.refresh("DDTree", 64, "tiny")[1]
+    assert "out of range" not in handlers.refresh("DDTree", 63.5, "tiny")[1]          # a fraction, in range
     assert "out of range" not in handlers.refresh("DDTree", None, "tiny")[1]          # an emptied box
