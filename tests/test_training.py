@@ -533,6 +533,42 @@ def test_resuming_mid_epoch_trains_on_the_rest_of_that_epoch(tmp_path, patched_t
         run("none", 1, data="empty")
 
 
+def test_a_source_cap_keeps_a_seeded_share_of_one_source_and_the_rest_whole():
+    from core.training.data import cap_sources
+
+    seqs = [Sequence(f"gsm8k_train:{i}", np.arange(3), 1) for i in range(10)] + \
+        [Sequence(f"code:{i}", np.arange(3), 1) for i in range(4)]
+    kept = cap_sources(seqs, {"gsm8k_train": 3}, seed=0)
+    assert sum(s.key.startswith("gsm8k") for s in kept) == 3 and sum(s.key.startswith("code") for s in kept) == 4
+    assert kept == cap_sources(list(reversed(seqs)), {"gsm8k_train": 3}, seed=0)[::-1]    # by key, not by order
+    assert {s.key for s in kept} != {s.key for s in cap_sources(seqs, {"gsm8k_train": 3}, seed=1)}
+    assert cap_sources(seqs, {"gsm8k_train": 99, "math": 1}, seed=0) == seqs
+
+
+def test_the_trainer_trains_on_a_capped_source_only_up_to_its_cap(tmp_path, patched_target, monkeypatch, capsys):
+    import core.training.train as training
+    from core.dflash import random_drafter_for
+    from core.training.prompts import is_held_out, training_prompts
+
+    target, tok = patched_target
+    random_drafter_for(target, seed=3, n_layers=1, n_taps=2, block_size=4, mask_token_id=16).save(tmp_path / "init")
+    prompts = [p for p in training_prompts() if not is_held_out(p.key) and p.key.startswith("gsm8k_train:")][:5]
+    (tmp_path / "data").mkdir()
+    _write_shard(tok, tmp_path / "data", prompts, lambda i: list(range(40 + i, 60 + i)) + [2])
+    seen = []
+    make_blocks = training.make_blocks
+    monkeypatch.setattr(training, "make_blocks", lambda seq, *a: seen.append(seq.key) or make_blocks(seq, *a))
+    args = ["--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--init", str(tmp_path / "init"),
+            "--steps", "6", "--accum", "1", "--eval-every", "1000", "--eval-prompts", "1", "--eval-tokens", "2",
+            "--no-bf16"]
+    training.main(args + ["--source-cap", "gsm8k_train=2"])
+    assert len(seen) == 6 and len(set(seen)) == 2                   # three epochs of the two replies kept
+    assert "gsm8k_train: at most 2 replies (--source-cap)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        training.main(args + ["--source-cap", "gsm8k_train"])
+    assert "--source-cap takes SOURCE=N" in capsys.readouterr().err
+
+
 def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():
     """What the trainer fits is what the loop accepts: fitted to the target's greedy replies, a drafter that
     accepted about nothing gets nearly whole blocks of them accepted by the real decode loop (τ near B = 8), and the

@@ -39,6 +39,18 @@ def load_replies(folder: str | Path) -> dict[str, np.ndarray]:
     return {key: ids[n:] for pattern in ("replies-*.npz", "shard-*.npz") for key, ids, n in _rows(folder, pattern)}
 
 
+def cap_sources(seqs: list[Sequence], caps: dict[str, int], seed: int = 0) -> list[Sequence]:
+    """`seqs` keeping at most caps[source] replies of each capped prompt source, a seeded choice among its keys (the
+    same every epoch and on resume): a broad mix from data where one source dominates (GSM8K: 71 % of tokens)."""
+    rng = np.random.default_rng(seed)
+    dropped: set[str] = set()
+    for source, n in caps.items():
+        keys = sorted(s.key for s in seqs if s.key.split(":")[0] == source)
+        if len(keys) > n:
+            dropped |= set(keys) - set(rng.choice(keys, n, replace=False).tolist())
+    return [s for s in seqs if s.key not in dropped]
+
+
 def source_mix(folder: str | Path) -> str:
     """The replies of `folder` by prompt source: count, tokens and share of tokens, one line per source."""
     counts: dict[str, list[int]] = {}

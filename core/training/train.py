@@ -40,7 +40,7 @@ from core.eval.judge import prompt_tau, reference_reply, reference_states, repla
 from core.hardware import auto_dtype, cpu_summary
 from core.models import ModelPair, encode_chat, load_drafter, load_target, resolve_device
 from core.records import summarize
-from core.training.data import draft_vocab, load_sequences, make_blocks, source_mix
+from core.training.data import cap_sources, draft_vocab, load_sequences, make_blocks, source_mix
 from core.training.features import FeatureCache, target_pass
 from core.training.prompts import is_held_out, prompt_key, training_prompts
 
@@ -234,7 +234,8 @@ def train(args) -> None:
     if "draft_vocab" not in state:      # the export's draft vocabulary: chosen once, kept on resume
         state["draft_vocab"] = _draft_vocab(args, target, tok, allowed)
     drafter.set_draft_vocab(state["draft_vocab"])
-    print(f"training replies by source:\n{source_mix(args.data)}\ndrafter: "
+    capped = "".join(f"\n{source:>30}: at most {n} replies (--source-cap)" for source, n in args.source_cap.items())
+    print(f"training replies by source:\n{source_mix(args.data)}{capped}\ndrafter: "
           f"{sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
           f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
           f"{len(state['draft_vocab'] or []) or 'all'}, resuming at step {state['step']}")
@@ -251,8 +252,8 @@ def train(args) -> None:
     acc_c = acc_n = torch.zeros(min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1))
     cache = _feature_cache(args, out, target, drafter)
     while state["step"] < args.steps:
-        seqs = [s for s in load_sequences(args.data, tokenizer=tok)
-                if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed]
+        seqs = cap_sources([s for s in load_sequences(args.data, tokenizer=tok)
+                            if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed], args.source_cap, args.seed)
         if len(seqs) < args.accum:
             raise SystemExit(f"--data {args.data}: {len(seqs)} usable replies (training prompts, at most --max-len "
                              f"{args.max_len} tokens), fewer than --accum {args.accum}; generate data first")
@@ -414,6 +415,9 @@ def parser() -> argparse.ArgumentParser:
                     help="one anchor per this many reply tokens (up to --anchors): denser anchors give more drafter "
                          "signal per frozen target forward")
     ap.add_argument("--max-len", type=int, default=1024, help="skip longer sequences")
+    ap.add_argument("--source-cap", action="append", default=[], metavar="SOURCE=N",
+                    help="train on at most N replies of this prompt source (a seeded choice, kept on resume; "
+                         "repeatable), e.g. gsm8k_train=1000 for a broad mix")
     ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
     ap.add_argument("--accum", type=int, default=4, help="sequences per optimizer step")
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -455,6 +459,13 @@ def main(argv=None) -> None:
     if args.init_lr_scale != 1.0 and not args.deepen:
         ap.error("--init-lr-scale sets the lr of the layers --deepen did not add: give --deepen (to train a drafter "
                  "more slowly, lower --lr)")
+    caps = {}
+    for cap in args.source_cap:
+        source, _, n = cap.partition("=")
+        if not source or not n.isdigit():
+            ap.error(f"--source-cap takes SOURCE=N, a prompt source and a reply count (got {cap!r})")
+        caps[source] = int(n)
+    args.source_cap = caps
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.bf16 is None:       # emulated bf16 makes a step several times slower than fp32
