@@ -55,8 +55,8 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 
 
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
-                subtitle: str | None = None, label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"], nodes: int | None = None,
-                path: int | None = None) -> go.Figure:
+                subtitle: str | None = None, label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"],
+                nodes: int | None = None, path: int | None = None) -> go.Figure:
     """The step's draft tree; `height` fixes the figure's height (labels are spaced for it); `label_px` is a label's
     vertical room (its font is 2 px smaller) and `bottom_px` the room under the plot for the axis title and the
     legend: both larger in presenter mode. The step's animation draws part of it: only the first `nodes` nodes (the

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from core.models import encode_chat
-from core.training.prompts import prompt_key, training_prompts
+from core.training.prompts import prompt_key, prompt_source, training_prompts
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def cap_sources(seqs: list[Sequence], caps: dict[str, int], seed: int = 0) -> li
     rng = np.random.default_rng(seed)
     dropped: set[str] = set()
     for source, n in caps.items():
-        keys = sorted(s.key for s in seqs if s.key.split(":")[0] == source)
+        keys = sorted(s.key for s in seqs if prompt_source(s.key) == source)
         if len(keys) > n:
             dropped |= set(keys) - set(rng.choice(keys, n, replace=False).tolist())
     return [s for s in seqs if s.key not in dropped]
@@ -55,7 +55,7 @@ def source_mix(folder: str | Path) -> str:
     """The replies of `folder` by prompt source: count, tokens and share of tokens, one line per source."""
     counts: dict[str, list[int]] = {}
     for key, reply in load_replies(folder).items():
-        c = counts.setdefault(key.split(":")[0], [0, 0])
+        c = counts.setdefault(prompt_source(key), [0, 0])
         c[0], c[1] = c[0] + 1, c[1] + len(reply)
     total = sum(t for _, t in counts.values()) or 1
     return "\n".join(f"{source:>30}: {n:6d} replies {t:9d} tokens ({100 * t / total:4.1f} %)"

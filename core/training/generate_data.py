@@ -33,7 +33,7 @@ from core.training.batching import continuous_generate
 from core.config import MODEL_PAIRS
 from core.training.data import Sequence, export_replies, source_mix
 from core.training.features import FeatureCache
-from core.training.prompts import is_held_out, round_key, training_prompts
+from core.training.prompts import is_held_out, prompt_source, round_key, training_prompts
 
 
 def done_keys(out: Path) -> set[str]:
@@ -106,7 +106,7 @@ def generate(args) -> None:
     for b in range(0, len(prompts), args.batch_size * args.batches_per_shard):
         rows = []
         chunk = prompts[b: b + args.batch_size * args.batches_per_shard]
-        chunk.sort(key=lambda p: (p.key.split(":")[0], len(p.text)))  # similar replies batch with less waste
+        chunk.sort(key=lambda p: (prompt_source(p.key), len(p.text)))  # similar replies batch with less waste
         for i in range(0, len(chunk), args.batch_size):
             batch = chunk[i: i + args.batch_size]
             sampled = args.round > 1 or ((b // args.batch_size + i // args.batch_size) % args.sample_every

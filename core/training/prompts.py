@@ -249,6 +249,11 @@ def prompt_key(key: str) -> str:
     return key.split("#r")[0]
 
 
+def prompt_source(key: str) -> str:
+    """The prompt set a prompt or reply key comes from (`gsm8k_train`, `code`, ...)."""
+    return key.split(":")[0]
+
+
 def is_held_out(key: str, every: int = 50) -> bool:
     """A fixed 2% of training-source prompts kept out of training, for measuring tau during training (every round
     of a held-out prompt is held out with it)."""

@@ -42,7 +42,7 @@ from core.models import ModelPair, encode_chat, load_drafter, load_target, resol
 from core.records import summarize
 from core.training.data import cap_sources, draft_vocab, load_sequences, make_blocks, source_mix
 from core.training.features import FeatureCache, target_pass
-from core.training.prompts import is_held_out, prompt_key, training_prompts
+from core.training.prompts import is_held_out, prompt_key, prompt_source, training_prompts
 
 
 def block_logits(drafter, target, batch, autocast: bool, all_target_logits: bool = False,
@@ -200,7 +200,7 @@ def held_out_mix(held: list, n: int) -> list:
     speaks for every kind of prompt, not only the most numerous."""
     by_source: dict[str, list] = {}
     for p in held:
-        by_source.setdefault(p.key.split(":")[0], []).append(p)
+        by_source.setdefault(prompt_source(p.key), []).append(p)
     mixed = [p for group in itertools.zip_longest(*by_source.values()) for p in group if p is not None]
     return mixed[:n]
 
