@@ -119,7 +119,7 @@ def step_axis(steps) -> dict:
 
 def chosen_budgets(records) -> go.Figure:
     """Adaptive-budget runs: the budget chosen at each step against the acceptance it bought."""
-    title = "Adaptive budget: the budget chosen per step"
+    title = "The auto budget chosen per step"
     steps = [r for r in _decode(records) if r.draft_tokens is not None]
     if not steps:
         return _empty(title, "the node budget chosen at each step appears here after the first speculative step",
