@@ -382,7 +382,7 @@ def test_app_draws_the_exact_curve_when_its_background_replay_is_done(monkeypatc
     *_, last = handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 24, 0, "tiny"), None)
     session, timer = last[-1], last[views.OUTPUTS.index("exact_timer")]
     job = state.EXACT.jobs[session["exact"]]
-    assert isinstance(timer, gr.Timer) and timer.active
+    assert isinstance(timer, gr.Timer) and (timer.active or job.done)   # a fast replay may finish first
     deadline = time.time() + 60
     while not job.done and time.time() < deadline:
         time.sleep(0.02)
