@@ -2,8 +2,9 @@
 # make run    - the app on the embedded default (SmolLM2-135M + its shipped DFlash drafter), offline on a CPU
 # make test   - the test suite (CPU, offline), with the 15 slowest tests and why any test skipped; the browser
 #               tests fail without Debian's chromium (`apt-get install -y chromium`) unless SKIP_BROWSER_TESTS=1
-# make data   - the target's replies to every training prompt not answered yet, features captured (resumable)
-# make train-long - the drafter's long schedule from the shipped drafter, held-out tau logged (resumable; run both
+# make data   - the target's replies to every training prompt not answered yet, then a second, sampled reply to
+#               every prompt but GSM8K's, features captured (resumable)
+# make train-long - the shipped drafter's recipe (broad mix) continued, held-out tau logged (resumable; run both
 #               in the background with nohup: they checkpoint and pick up where they stopped)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -40,8 +41,10 @@ test: setup
 data: setup
 	mkdir -p $(DATA) && cp -n assets/training_data/*.npz $(DATA)/
 	$(PY) -m core.training.generate_data --out $(DATA) --threads $(THREADS) --features $(TRAIN)/features
+	$(PY) -m core.training.generate_data --out $(DATA) --threads $(THREADS) --features $(TRAIN)/features \
+		--round 2 --skip-sources gsm8k_train
 
 train-long: setup
 	$(PY) -m core.training.train --data $(DATA) --out $(TRAIN) --init assets/drafters/smollm2-135m-dflash-b16 \
-		--export runs/export-long --steps 7500 --lr 3e-4 --warmup 0.02 --gamma 5 --anchors 96 --tokens-per-anchor 4 \
-		--eval-every 30 --eval-prompts 12 --eval-tokens 128 --threads $(THREADS)
+		--export runs/export-long --source-cap gsm8k_train=1000 --steps 2400 --lr 1e-4 --warmup 0.03 --gamma 5 \
+		--anchors 96 --tokens-per-anchor 4 --eval-every 30 --eval-prompts 12 --eval-tokens 128 --threads $(THREADS)

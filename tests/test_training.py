@@ -349,7 +349,7 @@ def test_replies_archive_round_trips_without_prompt_text(tmp_path):
 
 def test_a_later_round_answers_every_training_prompt_again():
     from core.training.generate_data import pending_prompts
-    from core.training.prompts import is_held_out, prompt_key, round_key, training_prompts
+    from core.training.prompts import is_held_out, prompt_key, prompt_source, round_key, training_prompts
 
     train = [p.key for p in training_prompts() if not is_held_out(p.key)]
     assert round_key(train[0], 1) == train[0] and prompt_key(round_key(train[0], 2)) == train[0]
@@ -359,6 +359,10 @@ def test_a_later_round_answers_every_training_prompt_again():
     assert [p.key for p in pending_prompts(set(train), round_=2)] == train       # round 2 starts over
     done = set(train) | {round_key(k, 2) for k in train[:3]}
     assert [p.key for p in pending_prompts(done, round_=2, limit=5)] == train[3:5]   # 5 in round 2 in all
+    broad = [k for k in train if prompt_source(k) != "gsm8k_train"]
+    assert 0 < len(broad) < len(train)
+    assert [p.key for p in pending_prompts(done, round_=2, skip=("gsm8k_train",))] == \
+        [k for k in broad if k not in train[:3]]                                 # a round of the broader prompts
 
 
 def test_replies_of_two_rounds_rebuild_the_same_prompt_and_both_train(tmp_path):

@@ -58,10 +58,10 @@ def write_shard(out: Path, index: int, rows: list[dict], vocab: int) -> None:
     os.replace(tmp, out / f"shard-{index:05d}.npz")  # atomic: a shard is whole or absent
 
 
-def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int = 0) -> list:
-    """The training prompts (held-out ones never) still without a reply in round `round_`; with `limit`, only as
-    many as bring that round to `limit` replies."""
-    candidates = [p for p in training_prompts(seed) if not is_held_out(p.key)]
+def pending_prompts(done: set[str], round_: int = 1, seed: int = 0, limit: int = 0, skip: tuple = ()) -> list:
+    """The training prompts (held-out ones never, nor those of the prompt sources in `skip`) still without a reply
+    in round `round_`; with `limit`, only as many as bring that round to `limit` replies."""
+    candidates = [p for p in training_prompts(seed) if not is_held_out(p.key) and prompt_source(p.key) not in skip]
     pending = [p for p in candidates if round_key(p.key, round_) not in done]
     return pending[: max(0, limit - (len(candidates) - len(pending)))] if limit else pending
 
@@ -75,7 +75,7 @@ def generate(args) -> None:
     target, tok = load_target(dtype=args.dtype)
     tok.padding_side = "left"
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    prompts = pending_prompts(done_keys(out), args.round, args.seed, args.limit)
+    prompts = pending_prompts(done_keys(out), args.round, args.seed, args.limit, tuple(args.skip_sources))
     key = lambda p: round_key(p.key, args.round)      # noqa: E731
     shard = 1 + max((int(f.stem.split("-")[1]) for f in out.glob("shard-*.npz")), default=-1)
     bar = progress(total=len(prompts), desc="prompts", unit="prompt")
@@ -160,6 +160,9 @@ def main() -> None:
     ap.add_argument("--round", type=int, default=1,
                     help="1: one reply per prompt as --sample-every says; 2, 3, ...: another reply to every prompt, "
                          "all sampled (keys '<prompt key>#r<round>')")
+    ap.add_argument("--skip-sources", type=lambda s: [x for x in s.split(",") if x], default=[],
+                    help="prompt sources left unanswered, comma-separated (e.g. gsm8k_train: a later round of the "
+                         "broader prompts only)")
     add_dtype_option(ap)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--seed", type=int, default=0)
