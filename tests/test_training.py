@@ -288,14 +288,14 @@ def test_training_prompts_exclude_evaluation_prompts():
 def test_shipped_replies_answer_training_prompts_only():
     from pathlib import Path
 
-    from core.training.prompts import is_held_out, training_prompts
+    from core.training.prompts import is_held_out, prompt_key, training_prompts
 
     prompts = training_prompts()
     allowed = {p.key for p in prompts if not is_held_out(p.key)}
     archives = sorted((Path(__file__).parents[1] / "assets" / "training_data").glob("replies-*.npz"))
     keys = [k for f in archives for k in np.load(f)["keys"].tolist()]
-    assert archives and len(keys) == len(set(keys))   # each prompt answered once
-    assert set(keys) <= allowed                      # training prompts only, no evaluation or held-out one
+    assert archives and len(keys) == len(set(keys))   # each prompt answered once a round
+    assert {prompt_key(k) for k in keys} <= allowed  # training prompts only, no evaluation or held-out one
     first_sources = ("gsm8k_train", "alpaca", "self_instruct", "code:")
     assert {k for k in allowed if k.startswith(first_sources)} <= set(keys)   # the first sources all answered
 
@@ -363,6 +363,18 @@ def test_a_later_round_answers_every_training_prompt_again():
     assert 0 < len(broad) < len(train)
     assert [p.key for p in pending_prompts(done, round_=2, skip=("gsm8k_train",))] == \
         [k for k in broad if k not in train[:3]]                                 # a round of the broader prompts
+
+
+def test_skipping_an_unknown_prompt_source_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from core.training import generate_data
+
+    monkeypatch.setattr(sys, "argv", ["generate_data", "--out", str(tmp_path), "--skip-sources", "gsm8k"])
+    with pytest.raises(SystemExit):
+        generate_data.main()
+    err = capsys.readouterr().err
+    assert "no prompt source ['gsm8k']" in err and "gsm8k_train" in err and not list(tmp_path.iterdir())
 
 
 def test_replies_of_two_rounds_rebuild_the_same_prompt_and_both_train(tmp_path):
