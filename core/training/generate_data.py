@@ -184,10 +184,11 @@ def main() -> None:
     args.taps = args.taps or _shipped_taps()
     if args.round < 1:
         ap.error(f"--round counts from 1 (got {args.round})")
-    known = {prompt_source(p.key) for p in training_prompts(args.seed)}
-    if set(args.skip_sources) - known:
-        ap.error(f"--skip-sources: no prompt source {sorted(set(args.skip_sources) - known)}; "
-                 f"the sources are {', '.join(sorted(known))}")
+    if args.skip_sources:          # the prompts are read once more only when there is a name to check
+        known = {prompt_source(p.key) for p in training_prompts(args.seed)}
+        if set(args.skip_sources) - known:
+            ap.error(f"--skip-sources: no prompt source {sorted(set(args.skip_sources) - known)}; "
+                     f"the sources are {', '.join(sorted(known))}")
     if args.threads:
         torch.set_num_threads(args.threads)
     announce_dtype(args.dtype)
