@@ -116,7 +116,8 @@ class AdaptiveBudget(TreeBuilder):
 
     def should_draft(self) -> bool:
         """False while drafting does not pay for itself: those steps run as plain decoding, without the drafter's
-        forward, and a probe after 1, 4, 16 ... up to MAX_PAUSE of them checks whether it pays again."""
+        forward, and a probe after 1, 4, 16 ... up to MAX_PAUSE of them checks whether it pays again (a probe that pays
+        makes the next pause 4x shorter)."""
         if self.pause:
             self.pause -= 1
             return False
@@ -134,8 +135,8 @@ class AdaptiveBudget(TreeBuilder):
         if self.rate(True) < plain:           # plain steps (no drafter forward) have been faster: pause drafting
             self.backoff = min(MAX_PAUSE, 4 * self.backoff or 1)
             self.pause = self.backoff
-        else:
-            self.backoff = 0
+        elif record.tau >= plain * 1000 * record.total_seconds:   # this step paid: the next pause is 4x shorter,
+            self.backoff //= 4                # so a lone lucky probe shortens it once, not back to one step
         s = record.seconds
         n = record.tree.size
         self.realised = DECAY * self.realised + record.accepted_drafts

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core import costs
-from core.adaptive import AdaptiveBudget, LineFit, choose_budget, interpolate_cost
+from core.adaptive import MAX_PAUSE, AdaptiveBudget, LineFit, choose_budget, interpolate_cost
 from core.config import DecodeConfig
 from core.engine import output_ids, run
 from core.hardware import NATIVE_BF16_FLAGS, cpu_info
@@ -150,9 +150,8 @@ def test_cost_curve_is_made_monotone():
     assert monotone({1: 1.0, 2: 2.0}) == {1: 1.0, 2: 2.0}                     # already monotone: unchanged
 
 
-def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays():
-    """Steps that draft but commit little are slower than plain steps (no drafter forward): the auto budget then
-    skips drafts, probing after 1, 4, 16 ... plain steps, and drafts every step again once drafting pays."""
+def _pausing_auto():
+    """An auto budget over a 4 x 8 draft (plain steps 50 ms) and `step(drafted, tau, ms)`, which feeds it a step."""
     from types import SimpleNamespace
 
     from core.builders import build_ddtree
@@ -169,6 +168,13 @@ def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays()
                                      tree=tree or SimpleNamespace(size=0), accepted_drafts=tau - 1,
                                      expected_accepted=0.5))
 
+    return auto, step
+
+
+def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays():
+    """Steps that draft but commit little are slower than plain steps (no drafter forward): the auto budget then
+    skips drafts, probing after 1, 4, 16 ... plain steps, and drafts every step again once drafting pays."""
+    auto, step = _pausing_auto()
     step(False, 1, 50.0)                                  # plain: 20 tokens/s
     pattern = []
     for _ in range(30):                                   # drafted steps commit 1.5 tokens in 120 ms: 12.5/s
@@ -182,6 +188,28 @@ def test_drafting_pauses_while_plain_steps_are_faster_and_resumes_when_it_pays()
         pattern.append(drafted)
         step(drafted, 4 if drafted else 1, 120.0 if drafted else 50.0)
     assert all(pattern[-20:])                              # the next probe found it pays: drafting every step
+
+
+def test_a_lone_lucky_probe_does_not_restart_the_probing():
+    """Where drafting does not pay, one probe that happens to pay shortens the next pause (by 4x) and the
+    probing goes on from there, instead of drafting again after 1, 4, 16 ... plain steps."""
+    auto, step = _pausing_auto()
+    step(False, 1, 50.0)
+    while auto.backoff < MAX_PAUSE:                       # drafts commit 1 token in 120 ms: the pauses grow
+        drafted = auto.should_draft()
+        step(drafted, 1, 120.0 if drafted else 50.0)
+    while auto.pause:
+        assert not auto.should_draft()
+        step(False, 1, 50.0)
+    assert auto.should_draft()
+    step(True, 8, 120.0)                                  # lucky: 8 tokens in 120 ms beats plain steps
+    assert auto.backoff == MAX_PAUSE // 4 and auto.pause == 0
+    drafted = 0
+    while not auto.pause:                                 # back to 1 token: drafting stops as the luck fades
+        assert auto.should_draft()
+        step(True, 1, 120.0)
+        drafted += 1
+    assert drafted <= 5 and auto.pause == MAX_PAUSE       # and the pause is the longest at once, not 1 step
 
 
 def test_runs_back_to_back_never_starve_the_cost_measurement(monkeypatch):
