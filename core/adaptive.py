@@ -116,8 +116,8 @@ class AdaptiveBudget(TreeBuilder):
 
     def should_draft(self) -> bool:
         """False while drafting does not pay for itself: those steps run as plain decoding, without the drafter's
-        forward, and a probe after 1, 4, 16 ... up to MAX_PAUSE of them checks whether it pays again (a probe that pays
-        makes the next pause 4x shorter)."""
+        forward, and a probe after 1, 4, 16 ... up to MAX_PAUSE of them checks whether it pays again (each drafted
+        step that pays makes the next pause 4x shorter)."""
         if self.pause:
             self.pause -= 1
             return False
