@@ -125,8 +125,10 @@ def step_views(pair, records, k, texts, state, rule="", full=True) -> dict:
         fig = tree_figure(r, texts, title=f"step {r.step}", subtitle=f"{r.tree.size} nodes, τ = {r.tau}",
                           **PRESENTER_TREE)
     else:
-        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}",
-                          subtitle=rule[:1].upper() + rule[1:] or None, height=TREE_HEIGHT)
+        # one clause a line, so a phone's narrow tree keeps the whole rule
+        subtitle = (rule[:1].upper() + rule[1:]).replace("; ", ";<br>") or None
+        fig = tree_figure(r, texts, title=f"step {r.step}: {r.tree.size} nodes, τ = {r.tau}", subtitle=subtitle,
+                          height=TREE_HEIGHT)
     size = block_size(pair, state)
     caption = words.step_caption(r, texts, size, state.get("prompt_tokens"), state.get("method", ""))
     if not full:
