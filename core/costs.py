@@ -30,6 +30,7 @@ from core.tree import DraftTree
 from core.verify import tree_inputs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+QUIET_S = 1.0       # background forwards start only after this long without a run (see BackgroundCurves.idle)
 RETAKES = 3         # a timing overlapped by a run is taken again at most this often (runs back to back never starve it)
 
 
@@ -164,9 +165,9 @@ class BackgroundCurves:
     so a visitor never waits for it and no run's forward enters it. `shutdown` stops it between timings, before
     the interpreter finalises (a daemon thread caught inside a torch operator then would abort the process)."""
 
-    def __init__(self, repeats: int = 3):
-        self.repeats, self.curves, self.progress = repeats, {}, {}
-        self._busy, self._started, self._cond = 0, 0, threading.Condition()
+    def __init__(self, repeats: int = 3, quiet: float = QUIET_S):
+        self.repeats, self.curves, self.progress, self.quiet = repeats, {}, {}, quiet
+        self._busy, self._started, self._ended, self._cond = 0, 0, -quiet, threading.Condition()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
 
@@ -209,10 +210,16 @@ class BackgroundCurves:
         return "failed" if done < 0 else f"measuring {done} of {total} timings" if total else "not started"
 
     def idle(self) -> int:
-        """Return once no run decodes (at once when none does, or when the process exits) how many runs have
-        started so far; other background work waits here too."""
+        """Return once no run has decoded for `quiet` seconds (at once when none has, or when the process exits)
+        how many runs have started so far; other background work waits here too. The quiet spell keeps a forward
+        out of the moment between two runs that follow each other (a visitor's next Run, a script's loop), where
+        it would slow the next run's start."""
         with self._cond:
-            self._cond.wait_for(lambda: self._busy == 0 or self._stopping.is_set())
+            while not self._stopping.is_set():
+                left = self._ended + self.quiet - time.monotonic()
+                if self._busy == 0 and left <= 0:
+                    break
+                self._cond.wait(None if self._busy else left)
             return self._started
 
     @contextmanager
@@ -225,6 +232,7 @@ class BackgroundCurves:
         finally:
             with self._cond:
                 self._busy -= 1
+                self._ended = time.monotonic()
                 self._cond.notify_all()
 
 

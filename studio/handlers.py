@@ -125,7 +125,7 @@ def run(form: Form, state, request: gr.Request = None):
     EXACT.cancel(session(request))                  # the previous run's exact curve: superseded
     records, last, last_full, started = [], 0.0, 0.0, time.time()
     state |= {"records": records, "method": cfg.method, "prompt_tokens": len(ids), "block_size": block_size(pair)}
-    with COSTS.decoding():                          # the background cost measurement waits meanwhile
+    with COSTS.decoding():                          # background work waits until the baseline is done
         for record in steps:
             records.append(record)
             if stopped_since(request, started):
@@ -136,18 +136,18 @@ def run(form: Form, state, request: gr.Request = None):
                 yield values(render(pair, records, state, None, full=full, status="running")) + [state]
                 last = time.perf_counter()
                 last_full = last if full else last_full
-    stopped = stopped_since(request, started)
-    state["exact"] = _exact_curve(pair, ids, records, cfg, stopped, request)
-    if cfg.method == "ar":
-        ar_tps = summarize([records]).tokens_per_second
-    elif stopped:
-        ar_tps = None
-    else:
-        ar_tps, plain = _plain(pair, ids, cfg, state, sum(len(r.committed) for r in records))
-        div = first_divergence(plain, records) if cfg.temperature < GREEDY_BELOW else None
-        texts = token_texts(pair, plain + records, state["texts"])       # both tokens where they differ
-        state["difference"] = words.divergence_note(div, form.method, texts,
-                                                    dtype_facts(pair.dtype, pair.device)[0]) if div else ""
+        stopped = stopped_since(request, started)
+        state["exact"] = _exact_curve(pair, ids, records, cfg, stopped, request)
+        if cfg.method == "ar":
+            ar_tps = summarize([records]).tokens_per_second
+        elif stopped:
+            ar_tps = None
+        else:
+            ar_tps, plain = _plain(pair, ids, cfg, state, sum(len(r.committed) for r in records))
+            div = first_divergence(plain, records) if cfg.temperature < GREEDY_BELOW else None
+            texts = token_texts(pair, plain + records, state["texts"])       # both tokens where they differ
+            state["difference"] = words.divergence_note(div, form.method, texts,
+                                                        dtype_facts(pair.dtype, pair.device)[0]) if div else ""
     state["ar_tps"] = ar_tps
     status = "stopped" if stopped else "done"
     views = render(pair, records, state, ar_tps, full=True, status=status)
@@ -228,19 +228,19 @@ def compare(form: Form, state=None, request: gr.Request = None):
     ids = prompt_ids(pair, form.prompt)
     state = state or fresh_state(None)
     rows, runs, started = [], {}, time.time()
-    for label in COMPARED:
-        if stopped_since(request, started):
-            return
-        cfg = form.config(pair, method=label)
-        with COSTS.decoding():
+    with COSTS.decoding():                  # held from the first run to the last: no background work between them
+        for label in COMPARED:
+            if stopped_since(request, started):
+                return
+            cfg = form.config(pair, method=label)
             records = list(_guarded(generate(pair, ids, cfg)))
-        div = first_divergence(runs[COMPARED[0]][0], records) if runs else None
-        runs[label] = (records, div, cfg.method)
-        rows.append(page.compare_row(label, cfg, records, page.same(div, form.temperature)))
-        table = page.compare_table(rows)
-        state = state | {"compared": runs, "compare_ids": ids}
-        bars = theme.present(charts.compare_bars(rows), state.get("presenter"))
-        yield table, bars, _verdict(pair, rows, runs, form.temperature, state), state
+            div = first_divergence(runs[COMPARED[0]][0], records) if runs else None
+            runs[label] = (records, div, cfg.method)
+            rows.append(page.compare_row(label, cfg, records, page.same(div, form.temperature)))
+            table = page.compare_table(rows)
+            state = state | {"compared": runs, "compare_ids": ids}
+            bars = theme.present(charts.compare_bars(rows), state.get("presenter"))
+            yield table, bars, _verdict(pair, rows, runs, form.temperature, state), state
 
 
 def _verdict(pair, rows, runs, temperature: float, state) -> str:

@@ -84,6 +84,27 @@ def test_a_cost_timing_that_a_run_overlapped_is_taken_again(monkeypatch):
     assert len(calls) == 5 and curve[1] < 150      # prefill, warm-up, overlapped repeat, its retake, one more
 
 
+def test_background_work_waits_for_a_quiet_spell_after_a_run():
+    """`idle()` returns at once while nothing has run, waits while a run decodes, and after a run waits `quiet`
+    seconds more, so a background forward does not land on the start of a run that follows at once."""
+    curves = costs.BackgroundCurves(quiet=0.3)
+
+    def waited() -> float:
+        t0 = time.monotonic()
+        curves.idle()
+        return time.monotonic() - t0
+
+    assert waited() < 0.1
+    with curves.decoding():
+        pass
+    assert 0.25 <= waited() < 2.0
+    assert waited() < 0.1                        # the spell has passed
+    with curves.decoding():
+        pass
+    curves.shutdown()
+    assert waited() < 0.1                        # an exiting process never waits
+
+
 def tiny_target_small():
     return tiny_pair("llama", 0).target
 

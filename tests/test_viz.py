@@ -434,6 +434,30 @@ def test_app_compare_reports_identical_outputs(monkeypatch):
     assert table[0][4] == "1.00×" and "identical" in verdict and len(fig.data) == 3
 
 
+def test_background_forwards_wait_for_the_plain_baseline_and_between_compared_runs(monkeypatch):
+    """A run's plain-decoding baseline is its speed-up's denominator, and Compare's rows are ranked by speed: no
+    background forward (the cost curve's timings, an exact curve's replay) may start between a run and its baseline
+    or between two compared runs, or a ratio shown is skewed. `COSTS.idle()` returns only while nothing holds
+    `decoding()`."""
+    import warnings
+
+    from studio import handlers, state
+    from studio.handlers import Form
+    from tests.conftest import tiny_pair
+    from viz import page
+
+    monkeypatch.setattr(handlers, "UPDATE_INTERVAL", 0.0)
+    monkeypatch.setitem(state.PAIRS, "tiny", tiny_pair())
+    held, plain, row = [], handlers._plain, page.compare_row
+    monkeypatch.setattr(handlers, "_plain", lambda *a: held.append(state.COSTS._busy) or plain(*a))
+    monkeypatch.setattr(page, "compare_row", lambda *a: held.append(state.COSTS._busy) or row(*a))
+    list(handlers.run(Form("0 5 6 7 8", "DDTree", 16, 0.0, 1.0, 0, 16, 0, "tiny"), None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        list(handlers.compare(Form("0 5 6 7 8", budget=16, max_new=12, pair_name="tiny")))
+    assert held == [1] * (1 + len(handlers.COMPARED)) and state.COSTS._busy == 0
+
+
 def _fonts(fig) -> list[float]:
     """Every font size a figure's text is drawn at (the layout's, its title's, legend's and annotations')."""
     layout = fig.layout
