@@ -103,14 +103,14 @@ def _guarded(steps):
 def _plain(pair, ids: list[int], cfg: DecodeConfig, state: dict, tokens: int) -> tuple[float, list]:
     """Plain decoding's tokens/s and records on the same prompt and settings, over as many new tokens as the run
     made (speed per token falls as the context grows, so a shorter baseline would flatter it); cached per session
-    and prompt. The records let a greedy run be checked token for token against plain decoding."""
+    and prompt. The records let a greedy run be checked token for token against plain decoding. The caller holds
+    `COSTS.decoding()`, from its own run through this one."""
     key = f"{pair.name}:{hashlib.sha1(str(ids).encode()).hexdigest()}:{cfg.temperature}:{tokens}"
     if key not in state["ar"]:
         ar = DecodeConfig(method="ar", temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                           seed=cfg.seed, max_new_tokens=tokens)
-        with COSTS.decoding():
-            records = list(generate(pair, ids, ar))
-            state["ar"][key] = (summarize([records]).tokens_per_second, records)
+        records = list(generate(pair, ids, ar))
+        state["ar"][key] = (summarize([records]).tokens_per_second, records)
     return state["ar"][key]
 
 
