@@ -315,6 +315,23 @@ def test_api_and_template_prompts_are_stable_and_varied():
     assert len(science_prompts()) > 300 and len(math_prompts()) > 150
 
 
+def test_math_and_mbpp_training_splits_make_benchmark_format_prompts_and_no_evaluation_one():
+    from core.eval.datasets import MATH_SUFFIX, evaluation_texts
+    from core.training.prompts import asset_prompts, prompt_source
+
+    prompts = asset_prompts()
+    assert [(p.key, p.text) for p in prompts] == [(p.key, p.text) for p in asset_prompts()]
+    assert sorted({prompt_source(p.key) for p in prompts}) == ["math_train", "mbpp_train"]
+    math = [p.text for p in prompts if p.key.startswith("math_train:")]
+    assert len(math) == 7499 and all(t.endswith(MATH_SUFFIX) for t in math)
+    mbpp = {p.key: p.text for p in prompts if p.key.startswith("mbpp_train:")}
+    assert len(mbpp) == 374 and mbpp["mbpp_train:0"].startswith(
+        "Write a function to find the longest chain which can be formed from the given set of pairs. Your code should "
+        "pass these tests:\n\nassert max_chain_length(")
+    assert not {t.split(MATH_SUFFIX)[0].strip() for t in math} & evaluation_texts()
+    assert not {t.strip() for t in mbpp.values()} & evaluation_texts()
+
+
 def _write_shard(tok, folder, prompts, reply):
     """One `generate_data` shard in `folder`: each prompt chat-templated, followed by `reply(i)`."""
     from core.models import encode_chat

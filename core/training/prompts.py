@@ -1,18 +1,20 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
-requests made from the standard library's and numpy's documented functions, and templated science and math problems.
+requests made from the standard library's and numpy's documented functions, templated science and math problems, and
+the training splits of MATH and MBPP (`assets/training_prompts/`, their sources and licences in its README).
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
 no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.eval.datasets import MATH_SUFFIX, evaluation_texts, shared_data_dir
+from core.eval.datasets import MATH_SUFFIX, REPO_ROOT, evaluation_texts, shared_data_dir
 
 TRAIN_FILES = ("gsm8k_train.jsonl", "alpaca_eval.jsonl", "alpaca_seed_tasks.jsonl",
                "self_instruct_user_oriented.jsonl")
@@ -224,11 +226,38 @@ def math_prompts(seed: int = 0) -> list[Prompt]:
                    + MATH_SUFFIX) for i, form in enumerate(_MATH_FORMS) for j in range(12)]
 
 
+PROMPT_ASSETS = REPO_ROOT / "assets" / "training_prompts"
+
+
+def _mbpp(row: dict) -> str:
+    """MBPP's own prompt: the task, then the asserts the function must pass."""
+    return row["text"].strip() + " Your code should pass these tests:\n\n" + "\n".join(row["test_list"])
+
+
+# Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
+ASSET_SETS = {
+    "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
+    "mbpp_train": ("mbpp_train.jsonl.gz", _mbpp),
+}
+
+
+def asset_prompts() -> list[Prompt]:
+    """Competition problems (MATH's training split, in the benchmarks' boxed format) and Python tasks (MBPP's
+    training split, tasks 601-974): the kinds of prompt the templates imitate, written by people."""
+    out = []
+    for name, (file, prompt) in ASSET_SETS.items():
+        with gzip.open(PROMPT_ASSETS / file, "rt", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(rows)]
+    return out
+
+
 def training_prompts(seed: int = 0, data_dir: Path | None = None) -> list[Prompt]:
     """All training prompts, shuffled deterministically so that any prefix of the list mixes every source.
     Prompts that also appear in an evaluation set are dropped (AlpacaEval contains some MT-Bench questions)."""
     banned = evaluation_texts()
-    prompts = shared_prompts(data_dir) + code_prompts(seed) + api_prompts() + science_prompts() + math_prompts(seed)
+    prompts = (shared_prompts(data_dir) + code_prompts(seed) + api_prompts() + science_prompts() + math_prompts(seed)
+               + asset_prompts())
     prompts = [p for p in prompts if _bare(p.text) not in banned]
     random.Random(seed).shuffle(prompts)
     return prompts
