@@ -28,7 +28,7 @@ class Prompt:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -246,9 +246,7 @@ def asset_prompts() -> list[Prompt]:
     training split, tasks 601-974): the kinds of prompt the templates imitate, written by people."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
-        with gzip.open(PROMPT_ASSETS / file, "rt", encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(rows)]
+        out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
     return out
 
 
