@@ -315,13 +315,14 @@ def test_api_and_template_prompts_are_stable_and_varied():
     assert len(science_prompts()) > 300 and len(math_prompts()) > 150
 
 
-def test_math_and_mbpp_training_splits_make_benchmark_format_prompts_and_no_evaluation_one():
+def test_math_mbpp_arc_and_dolly_training_splits_make_benchmark_format_prompts_and_no_evaluation_one():
     from core.eval.datasets import MATH_SUFFIX, evaluation_texts
     from core.training.prompts import asset_prompts, prompt_source
 
     prompts = asset_prompts()
     assert [(p.key, p.text) for p in prompts] == [(p.key, p.text) for p in asset_prompts()]
-    assert sorted({prompt_source(p.key) for p in prompts}) == ["math_train", "mbpp_train"]
+    assert sorted({prompt_source(p.key) for p in prompts}) == ["arc_train", "dolly_open_qa", "math_train",
+                                                                "mbpp_train"]
     math = [p.text for p in prompts if p.key.startswith("math_train:")]
     assert len(math) == 7499 and all(t.endswith(MATH_SUFFIX) for t in math)
     mbpp = {p.key: p.text for p in prompts if p.key.startswith("mbpp_train:")}
@@ -330,6 +331,16 @@ def test_math_and_mbpp_training_splits_make_benchmark_format_prompts_and_no_eval
         "pass these tests:\n\nassert max_chain_length(")
     assert not {t.split(MATH_SUFFIX)[0].strip() for t in math} & evaluation_texts()
     assert not {t.strip() for t in mbpp.values()} & evaluation_texts()
+    arc = {p.key: p.text for p in prompts if p.key.startswith("arc_train:")}
+    assert len(arc) == 3370 and arc["arc_train:0"] == (
+        "George wants to warm his hands quickly by rubbing them. Which skin surface will produce the most heat?\n\n"
+        "A. dry palms\nB. wet palms\nC. palms covered with oil\nD. palms covered with lotion\n\n"
+        "Which choice is correct, and why?")
+    assert sum(t.endswith("then give the correct answer.") for t in arc.values()) > 1000   # the requests vary
+    dolly = {p.key: p.text for p in prompts if p.key.startswith("dolly_open_qa:")}
+    assert len(dolly) == len(set(dolly.values())) == 3705
+    assert dolly["dolly_open_qa:0"] == "Why can camels survive for long without water?"
+    assert not {t.strip() for t in [*arc.values(), *dolly.values()]} & evaluation_texts()
 
 
 def _write_shard(tok, folder, prompts, reply):

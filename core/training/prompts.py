@@ -1,6 +1,7 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
 requests made from the standard library's and numpy's documented functions, templated science and math problems, and
-the training splits of MATH and MBPP (`assets/training_prompts/`, their sources and licences in its README).
+the training splits of MATH, MBPP and ARC and Dolly's open questions (`assets/training_prompts/`, their sources and
+licences in its README).
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
 no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
@@ -234,16 +235,30 @@ def _mbpp(row: dict) -> str:
     return row["text"].strip() + " Your code should pass these tests:\n\n" + "\n".join(row["test_list"])
 
 
+_ARC_REQUESTS = ("Explain your reasoning, then give the correct answer.", "Which choice is correct, and why?", "")
+
+
+def _arc(row: dict) -> str:
+    """An ARC question as a science exam prints it: the stem, one lettered choice a line, then one of three requests
+    (picked by the question's id, so a key always rebuilds the same prompt)."""
+    choices = "\n".join(f"{c['label']}. {c['text'].strip()}" for c in row["question"]["choices"])
+    request = _ARC_REQUESTS[zlib.crc32(row["id"].encode()) % len(_ARC_REQUESTS)]
+    return f"{row['question']['stem'].strip()}\n\n{choices}" + (f"\n\n{request}" if request else "")
+
+
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
 ASSET_SETS = {
     "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
     "mbpp_train": ("mbpp_train.jsonl.gz", _mbpp),
+    "arc_train": ("arc_train.jsonl.gz", _arc),
+    "dolly_open_qa": ("dolly_open_qa.jsonl.gz", lambda row: row["instruction"].strip()),
 }
 
 
 def asset_prompts() -> list[Prompt]:
-    """Competition problems (MATH's training split, in the benchmarks' boxed format) and Python tasks (MBPP's
-    training split, tasks 601-974): the kinds of prompt the templates imitate, written by people."""
+    """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
+    training split, tasks 601-974), school science questions (ARC's training splits) and open questions (Dolly's
+    open_qa): the kinds of prompt the templates imitate, written by people."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
