@@ -14,7 +14,8 @@ from core.tree import root_only
 from tests.test_builders import marginals
 from viz import charts, theme
 from viz.tokens import token_html
-from viz.tree_graph import LABEL_PX, tidy_layout, tree_figure
+from studio.views import PRESENTER_TREE
+from viz.tree_graph import BESIDE_PX, GAP_PX, LABEL_PX, WIDTH_PX, ems, fit, tidy_layout, tree_figure
 
 
 def synthetic_run(budget=20, steps=5, seed=0, k=5):
@@ -77,6 +78,64 @@ def test_tree_labels_the_path_and_the_top_nodes_of_each_depth_at_any_size(budget
     for column in {a.x for a in fig.layout.annotations}:
         centres = sorted(_label_centre(fig, a) for a in fig.layout.annotations if a.x == column)
         assert all(b - a >= LABEL_PX - 1e-6 for a, b in zip(centres, centres[1:]))
+
+
+def deep_record(texts_seed=3):
+    """One step of a 16-deep, 64-node tree whose rank-0 chain is accepted for twelve levels."""
+    rng = np.random.default_rng(texts_seed)
+    logits = rng.normal(size=(16, 6)) * 1.5
+    logits[:, 0] += 4
+    logq = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
+    tree = build_ddtree(logq, rng.integers(0, 36, size=(16, 6)), 64, bonus=1)
+    path = [0]
+    while len(path) < 13 and (kids := [i for i in range(len(tree.tokens))
+                                       if tree.parents[i] == path[-1] and tree.ranks[i] == 0]):
+        path.append(kids[0])
+    assert max(tree.depths) == 16 and len(path) >= 7
+    committed = [tree.tokens[i] for i in path[1:]] + [3]
+    return StepRecord(1, tree, path, 3, committed, "x", {"draft": .01}, [0.5] * len(committed))
+
+
+LONG_WORDS = dict(enumerate([" function", "<|im_end|>", " calculate", " the", "\n", " answer", ".", " is", "(x)",
+                             " return", " we", ","] * 3))
+
+
+@pytest.mark.parametrize("style", [{"height": 360}, PRESENTER_TREE], ids=["page", "presenter"])
+def test_tree_labels_stop_before_the_next_column(style):
+    """No label runs into a node or a label of a deeper column (at the width the figure is laid out for); cut
+    labels end in an ellipsis and the accepted path keeps every label."""
+    r = deep_record()
+    fig = tree_figure(r, LONG_WORDS, **style)
+    width = style.get("width_px", WIDTH_PX)
+    font = style.get("label_px", LABEL_PX) - 2
+    column = (width - 20 - BESIDE_PX) / (max(fig.data[1].x) + 1.1)      # the x range: -0.5 to the last column + 0.6
+    lo, hi = fig.layout.yaxis.range
+    span = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    nodes = [(x * column, (y - hi) / (lo - hi) * span) for x, y in zip(fig.data[1].x, fig.data[1].y)]
+    boxes = []
+    for a in fig.layout.annotations:
+        left = a.x * column + GAP_PX + (8 if a.showarrow else 0)
+        text = a.text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        boxes.append((left, left + ems(text) * font, _label_centre(fig, a), a.x, text))
+    assert {a.text for a in fig.layout.annotations} - {theme.label(t) for t in LONG_WORDS.values()}   # some are cut
+    for left, right, centre, x, text in boxes:
+        for other_left, _, other_centre, other_x, _ in boxes:
+            if other_x > x and abs(other_centre - centre) < font:
+                assert right <= other_left + 1 or len(text) == 1, (x, other_x)
+        for node_x, node_y in nodes:
+            if node_x > x * column and abs(node_y - centre) < font / 2 + 6:
+                assert right <= node_x - 6 + 1 or len(text) == 1        # one character is always kept
+    at = {(a.x, a.y) for a in fig.layout.annotations}
+    assert all((r.tree.depths[i], fig.data[1].y[i]) in at for i in r.accepted)
+
+
+def test_a_cut_label_shows_letters_and_an_ellipsis():
+    assert fit("␣the", 10) == "␣the"                        # fits whole: the space mark stays
+    assert fit("␣function", 2.5) == "fu…"                   # cut: the space mark goes first
+    assert fit("<|im_end|>", 2) == "<…"
+    assert fit("<|im_end|>", 0.5) == "<"                    # at least one character
+    assert fit("␣calculations", 99) == "calculati…"          # LABEL_CHARS at most
+    assert ems("mmm") > ems("iii")
 
 
 def _label_centre(fig, a) -> float:

@@ -4,8 +4,9 @@ Node colour is log10 of the prefix probability q(u) on a range fixed for the who
 no blue; the accepted path is drawn on top in green, and the target's bonus token follows it as a blue star. In a
 hybrid tree, nodes found by retrieval wear a fuchsia diamond (a legend entry of their own). Labelled
 at any size: the accepted path, the bonus and the most probable nodes of each depth, pushed apart (with a leader line)
-so they do not overlap at the figure's height; other nodes where their label fits. WebGL above 300 nodes. Inputs are
-a StepRecord and a token-id -> text map; no model is touched.
+so they do not overlap at the figure's height; other nodes where their label fits. A label is cut short where it
+would run into a node or a label of a deeper column (at the width the figure is laid out for). WebGL above 300
+nodes. Inputs are a StepRecord and a token-id -> text map; no model is touched.
 """
 from __future__ import annotations
 
@@ -22,10 +23,19 @@ LABEL_PX = 13       # vertical room of one label
 LABEL_CHARS = 10    # longer token texts are cut in the label (the hover has them whole)
 PATH_DROP_PX = 9    # a path label's centre sits this far below (or above) its node, off the path's line
 GAP_PX = 8          # from a node's centre to its label
+LEADER_PX = 8       # a moved label (with a leader line) starts this much further right
 OPTIONAL_PER_COLUMN = 8   # other nodes labelled per depth at most, where there is room
 # labels are spaced for this plot area: Gradio gives a titled, labelled plot a top margin of at least 100 px;
 # the x-axis title and the legend are below the plot
 MARGIN = dict(l=10, r=10, t=100, b=80)
+WIDTH_PX = 1200     # the figure's width labels are cut for (the page's width at 1280 px; wider pages have room)
+BESIDE_PX = 100     # of it, the colour bar and its margin beside the plot (measured in Chromium)
+# a character's width in ems (DejaVu Sans, wider than Inter: a label that fits in one fits in both); others 0.6, and
+# 1.0 from the CJK blocks on
+EM = {c: w for w, chars in ((0.3, "',./:;IJ\\ijl| ·"), (0.4, "!()-[]frt"), (0.5, '"*?_`csz'), (0.7, "ABCKNRUVXZ"),
+                            (0.8, "#&+<=>DGHOQ^w~⏎"), (0.9, "M"), (1.0, "%@Wm…")) for c in chars}
+NODE_PX = 7         # a node's radius, as an obstacle for labels
+MIN_OPTIONAL = 4    # an optional label is shown only with room for this many characters (or all of it)
 
 
 def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> list[float]:
@@ -56,12 +66,13 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
                 subtitle: str | None = None, label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"],
-                nodes: int | None = None, path: int | None = None) -> go.Figure:
-    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it); `label_px` is a label's
-    vertical room (its font is 2 px smaller) and `bottom_px` the room under the plot for the axis title and the
-    legend: both larger in presenter mode. The step's animation draws part of it: only the first `nodes` nodes (the
-    builder's first pops) and only the first `path` nodes of the accepted path with no bonus (the walk so far); the
-    layout stays the whole tree's, so nothing moves as nodes appear."""
+                nodes: int | None = None, path: int | None = None, width_px: int = WIDTH_PX) -> go.Figure:
+    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it) and `width_px` is the
+    width labels are cut for; `label_px` is a label's vertical room (its font is 2 px smaller) and `bottom_px` the
+    room under the plot for the axis title and the legend: both larger in presenter mode. The step's animation draws
+    part of it: only the first `nodes` nodes (the builder's first pops) and only the first `path` nodes of the
+    accepted path with no bonus (the walk so far); the layout stays the whole tree's, so nothing moves as nodes
+    appear."""
     tree = record.tree
     n = len(tree.tokens) if nodes is None else max(1, min(nodes, len(tree.tokens)))
     y = tidy_layout(tree.parents, tree.score)
@@ -113,10 +124,14 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     may = sorted((i for i in range(n) if i not in on_path), key=lambda i: -tree.prefix_logq[i])
     spots = place_labels([(i, where[i][0], natural[i]) for i, _ in must], [(i, x[i], natural[i]) for i in may],
                          span_px, label_px)
+    column_px = max(1.0, width_px - margin["l"] - margin["r"] - BESIDE_PX) / (full_x + 1.1)
+    moved = {i for i, spot in spots.items() if abs(spot - natural[i]) > 2}
+    shown = label_texts({i: (where[i][0], spot) for i, spot in spots.items()}, moved, dict(must), node_px, where,
+                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px)
     colour = dict(must)
-    annotations = [_annotation(*where[i], spot - node_px[i], abs(spot - natural[i]) > 2,
-                               theme.label(texts_of[i + 1], LABEL_CHARS), colour.get(i), label_px - 2)
-                   for i, spot in spots.items()]
+    annotations = [_annotation(*where[i], spots[i] - node_px[i], i in moved, theme.escape(words), colour.get(i),
+                               label_px - 2)
+                   for i, words in shown.items()]
 
     if not title:
         title = f"step {record.step}: {tree.size} nodes, τ = {record.tau}"
@@ -218,12 +233,57 @@ def place_labels(must: list[tuple], may: list[tuple], span_px: float, label_px: 
     return placed
 
 
+def ems(text: str) -> float:
+    """The text's estimated width in ems."""
+    return sum(EM.get(c, 0.6 if c < "\u2e80" else 1.0) for c in text)
+
+
+def fit(shown: str, room: float) -> str:
+    """`shown` (whitespace made visible) within `room` ems and LABEL_CHARS characters: whole, or cut with an
+    ellipsis, a leading space mark dropped first (a cut word shows its letters); at least its first character,
+    alone where there is no room for the ellipsis too."""
+    if len(shown) <= LABEL_CHARS and ems(shown) <= room:
+        return shown
+    if len(shown) > 2 and shown[0] == "␣":
+        shown = shown[1:]
+    if ems(shown[:1]) + EM["…"] > room:
+        return shown[:1]
+    keep = 1
+    while keep < LABEL_CHARS - 1 and ems(shown[:keep + 1]) + EM["…"] <= room:
+        keep += 1
+    return shown if keep >= len(shown) else shown[:keep] + "…"
+
+
+def label_texts(spots: dict, moved: set, must: dict, node_px: dict, where: dict, shown: dict, column_px: float,
+                label_px: float) -> dict:
+    """Each label's text, {key: text}, for labels {key: (column, centre px)} of `shown` texts (the `moved` ones
+    start after a leader line): what fits before the first node or label of a deeper column at its height. An
+    optional label (not in `must`) that cannot show MIN_OPTIONAL characters, or all of a shorter text, is left out;
+    it then stands in no other label's way."""
+    font_px = label_px - 2
+
+    def room(key, others) -> float:
+        column, centre = spots[key]
+        ends = [(c - column) * column_px - NODE_PX for k, (c, _) in where.items()
+                if c > column and abs(node_px[k] - centre) < label_px / 2 + NODE_PX] + \
+               [(spots[k][0] - column) * column_px + GAP_PX + LEADER_PX * (k in moved) for k in others
+                if spots[k][0] > column and abs(spots[k][1] - centre) < label_px]
+        return min(ends, default=math.inf) - GAP_PX - LEADER_PX * (key in moved)
+
+    keep = list(spots)
+    for key in sorted((k for k in spots if k not in must), key=lambda k: -spots[k][0]):   # deepest first
+        words = fit(shown[key], room(key, keep) / font_px)
+        if words != shown[key] and len(words.lstrip("␣")) - 1 < MIN_OPTIONAL:
+            keep.remove(key)
+    return {key: fit(shown[key], room(key, keep) / font_px) for key in keep}
+
+
 def _annotation(x: float, y: float, dy: float, moved: bool, text: str, colour: str | None, size: int = 11) -> dict:
     """A label right of its node, its centre dy pixels below the node's; a moved one gets a thin leader line."""
     font = dict(size=size, **({"color": colour} if colour else {}))
     if not moved:
         return dict(x=x, y=y, text=text, showarrow=False, xanchor="left", yanchor="middle", xshift=GAP_PX,
                     yshift=-dy, font=font)
-    return dict(x=x, y=y, text=text, showarrow=True, xanchor="left", yanchor="middle", ax=GAP_PX + 8, ay=dy,
+    return dict(x=x, y=y, text=text, showarrow=True, xanchor="left", yanchor="middle", ax=GAP_PX + LEADER_PX, ay=dy,
                 axref="pixel", ayref="pixel", arrowhead=0, arrowwidth=0.8, standoff=4, arrowcolor=theme.EDGE,
                 font=font)
