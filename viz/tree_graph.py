@@ -67,12 +67,11 @@ def tidy_layout(parents: list[int], order_key: list[float] | None = None) -> lis
 def tree_figure(record, texts: dict[int, str], title: str = "", height: int | None = None,
                 subtitle: str | None = None, label_px: int = LABEL_PX, bottom_px: int = MARGIN["b"],
                 nodes: int | None = None, path: int | None = None, width_px: int = WIDTH_PX) -> go.Figure:
-    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it) and `width_px` is the
-    width labels are cut for; `label_px` is a label's vertical room (its font is 2 px smaller) and `bottom_px` the
-    room under the plot for the axis title and the legend: both larger in presenter mode. The step's animation draws
-    part of it: only the first `nodes` nodes (the builder's first pops) and only the first `path` nodes of the
-    accepted path with no bonus (the walk so far); the layout stays the whole tree's, so nothing moves as nodes
-    appear."""
+    """The step's draft tree; `height` fixes the figure's height (labels are spaced for it), `width_px` the width
+    labels are cut for; `label_px` is a label's vertical room (its font 2 px smaller), `bottom_px` the room under the
+    plot for axis title and legend (presenter mode sets all three). The step's animation draws part of it: only the
+    first `nodes` nodes (the builder's first pops) and only the first `path` nodes of the accepted path with no bonus
+    (the walk so far); the layout stays the whole tree's, so nothing moves as nodes appear."""
     tree = record.tree
     n = len(tree.tokens) if nodes is None else max(1, min(nodes, len(tree.tokens)))
     y = tidy_layout(tree.parents, tree.score)
