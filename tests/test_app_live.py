@@ -68,7 +68,7 @@ def test_browser_end_to_end(url):
         expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=120_000)
         expect(page.locator("#metrics")).to_contain_text("×", timeout=180_000)     # the final update
         expect(page.locator("#out")).to_contain_text("def", timeout=10_000)
-        title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+        title = "() => (document.querySelector('#tree .js-plotly-plot')?.layout?.title?.text ?? '')"
         page.locator("#step_slider input[type=range]").fill("1")                # replay step 1
         page.wait_for_function(f"{title}.includes('step 1:')", timeout=60_000)
         data = "document.querySelector('#tree .js-plotly-plot').data"
@@ -445,7 +445,7 @@ def test_a_shipped_trace_opens_by_url_with_no_model_and_a_corrupt_upload_gets_a_
         expect(page.locator("#out .tok").first).to_be_visible(timeout=30_000)
         expect(page.locator("#metrics")).to_contain_text("τ")
         expect(page.locator("#tree .js-plotly-plot")).to_be_visible(timeout=30_000)
-        title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+        title = "() => (document.querySelector('#tree .js-plotly-plot')?.layout?.title?.text ?? '')"
         page.locator("#step_slider input[type=range]").fill("1")
         page.wait_for_function(f"{title}.includes('step 1:')", timeout=30_000)
         expect(page.locator("#step_slider")).to_contain_text("showing 1 of", timeout=30_000)   # its label follows
@@ -490,7 +490,7 @@ def test_a_link_opens_a_step_phase_and_the_keys_and_play_animate_it(url):
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(url + "?trace=story-ddtree64&step=7&phase=walk&view=how")
             caption = page.locator("#caption")
-            title = "() => document.querySelector('#tree .js-plotly-plot').layout.title.text"
+            title = "() => (document.querySelector('#tree .js-plotly-plot')?.layout?.title?.text ?? '')"
             expect(caption).to_contain_text("4 · Walk (step 7,", timeout=60_000)
             expect(caption).to_contain_text("KV compaction")                    # complete: the last frame
             expect(page.locator("#step_slider")).to_contain_text("showing 7 of")
