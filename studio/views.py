@@ -26,9 +26,9 @@ OUTPUTS = ("text", "tree", "slider", "metrics", "budget_fig", "tau_fig", "hist_f
 WHOLE_STEP, PLAY = "Whole step", "▶ Play"     # the phase picker's first choice; the Play button at rest
 FIGURES = ("tree", "budget_fig", "tau_fig", "hist_fig", "depth_fig", "time_fig", "calib_fig", "icicle", "mask",
            "explain_tree")
-# presenter mode's tree: taller and narrower (it stands beside the text: 3/5 of a 1280 px page), 17 px labels, room
+# presenter mode's tree: taller and narrower (it stands beside the text: 540 px on a 1280 px page), 17 px labels, room
 # below for a legend in 16 px type
-PRESENTER_TREE = dict(height=560, label_px=19, bottom_px=210, width_px=740)
+PRESENTER_TREE = dict(height=560, label_px=19, bottom_px=210, width_px=540)
 DOWNLOADS = Path(tempfile.mkdtemp(prefix="draft-tree-studio-"))   # this process's tree downloads
 
 

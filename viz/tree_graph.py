@@ -28,7 +28,7 @@ OPTIONAL_PER_COLUMN = 8   # other nodes labelled per depth at most, where there 
 # labels are spaced for this plot area: Gradio gives a titled, labelled plot a top margin of at least 100 px;
 # the x-axis title and the legend are below the plot
 MARGIN = dict(l=10, r=10, t=100, b=80)
-WIDTH_PX = 1200     # the figure's width labels are cut for (the page's width at 1280 px; wider pages have room)
+WIDTH_PX = 890      # the width labels are cut for: the tree's beside the settings on a 1280 px page (wider: room)
 BESIDE_PX = 100     # of it, the colour bar and its margin beside the plot (measured in Chromium)
 # a character's width in ems (DejaVu Sans, wider than Inter: a label that fits in one fits in both); others 0.6, and
 # 1.0 from the CJK blocks on
@@ -126,7 +126,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     column_px = max(1.0, width_px - margin["l"] - margin["r"] - BESIDE_PX) / (full_x + 1.1)
     moved = {i for i, spot in spots.items() if abs(spot - natural[i]) > 2}
     shown = label_texts({i: (where[i][0], spot) for i, spot in spots.items()}, moved, dict(must), node_px, where,
-                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px)
+                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px, full_x + 0.6)
     colour = dict(must)
     annotations = [_annotation(*where[i], spots[i] - node_px[i], i in moved, theme.escape(words), colour.get(i),
                                label_px - 2)
@@ -254,11 +254,11 @@ def fit(shown: str, room: float) -> str:
 
 
 def label_texts(spots: dict, moved: set, must: dict, node_px: dict, where: dict, shown: dict, column_px: float,
-                label_px: float) -> dict:
+                label_px: float, last: float = math.inf) -> dict:
     """Each label's text, {key: text}, for labels {key: (column, centre px)} of `shown` texts (the `moved` ones
-    start after a leader line): what fits before the first node or label of a deeper column at its height. An
-    optional label (not in `must`) that cannot show MIN_OPTIONAL characters, or all of a shorter text, is left out;
-    it then stands in no other label's way."""
+    start after a leader line): what fits before the first node or label of a deeper column at its height and before
+    the plot's right edge (column `last`). An optional label (not in `must`) that cannot show MIN_OPTIONAL
+    characters, or all of a shorter text, is left out; it then stands in no other label's way."""
     font_px = label_px - 2
 
     def room(key, others) -> float:
@@ -267,7 +267,8 @@ def label_texts(spots: dict, moved: set, must: dict, node_px: dict, where: dict,
                 if c > column and abs(node_px[k] - centre) < label_px / 2 + NODE_PX] + \
                [(spots[k][0] - column) * column_px + GAP_PX + LEADER_PX * (k in moved) for k in others
                 if spots[k][0] > column and abs(spots[k][1] - centre) < label_px]
-        return min(ends, default=math.inf) - GAP_PX - LEADER_PX * (key in moved)
+        ends.append((last - column) * column_px + GAP_PX)                 # the plot's right edge
+        return min(ends) - GAP_PX - LEADER_PX * (key in moved)
 
     keep = list(spots)
     for key in sorted((k for k in spots if k not in must), key=lambda k: -spots[k][0]):   # deepest first
