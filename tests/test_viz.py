@@ -15,7 +15,7 @@ from tests.test_builders import marginals
 from viz import charts, theme
 from viz.tokens import token_html
 from studio.views import PRESENTER_TREE
-from viz.tree_graph import BESIDE_PX, GAP_PX, LABEL_PX, WIDTH_PX, ems, fit, tidy_layout, tree_figure
+from viz.tree_graph import BESIDE_PX, GAP_PX, LABEL_PX, LEADER_PX, WIDTH_PX, ems, fit, tidy_layout, tree_figure
 
 
 def synthetic_run(budget=20, steps=5, seed=0, k=5):
@@ -102,23 +102,26 @@ LONG_WORDS = dict(enumerate([" function", "<|im_end|>", " calculate", " the", "\
 
 @pytest.mark.parametrize("style", [{"height": 360}, PRESENTER_TREE], ids=["page", "presenter"])
 def test_tree_labels_stop_before_the_next_column(style):
-    """No label runs into a node or a label of a deeper column (at the width the figure is laid out for); cut
-    labels end in an ellipsis and the accepted path keeps every label."""
+    """No label runs into a node or a label of a deeper column or past the plot's right edge (at the width the figure
+    is laid out for); cut labels end in an ellipsis and the accepted path keeps every label."""
     r = deep_record()
-    fig = tree_figure(r, LONG_WORDS, **style)
+    deepest = r.tree.depths.index(max(r.tree.depths))
+    fig = tree_figure(r, LONG_WORDS | {r.tree.tokens[deepest]: " calculations"}, **style)     # a long last label
     width = style.get("width_px", WIDTH_PX)
     font = style.get("label_px", LABEL_PX) - 2
-    column = (width - 20 - BESIDE_PX) / (max(fig.data[1].x) + 1.1)      # the x range: -0.5 to the last column + 0.6
+    last = max(fig.data[1].x) + 0.6                                     # the x range: -0.5 to the last column + 0.6
+    column = (width - 20 - BESIDE_PX) / (last + 0.5)
     lo, hi = fig.layout.yaxis.range
     span = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     nodes = [(x * column, (y - hi) / (lo - hi) * span) for x, y in zip(fig.data[1].x, fig.data[1].y)]
     boxes = []
     for a in fig.layout.annotations:
-        left = a.x * column + GAP_PX + (8 if a.showarrow else 0)
+        left = a.x * column + GAP_PX + (LEADER_PX if a.showarrow else 0)
         text = a.text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
         boxes.append((left, left + ems(text) * font, _label_centre(fig, a), a.x, text))
     assert {a.text for a in fig.layout.annotations} - {theme.label(t) for t in LONG_WORDS.values()}   # some are cut
     for left, right, centre, x, text in boxes:
+        assert right <= last * column + 1 or len(text) == 1                 # the plot's right edge
         for other_left, _, other_centre, other_x, _ in boxes:
             if other_x > x and abs(other_centre - centre) < font:
                 assert right <= other_left + 1 or len(text) == 1, (x, other_x)

@@ -5,8 +5,8 @@ no blue; the accepted path is drawn on top in green, and the target's bonus toke
 hybrid tree, nodes found by retrieval wear a fuchsia diamond (a legend entry of their own). Labelled
 at any size: the accepted path, the bonus and the most probable nodes of each depth, pushed apart (with a leader line)
 so they do not overlap at the figure's height; other nodes where their label fits. A label is cut short where it
-would run into a node or a label of a deeper column (at the width the figure is laid out for). WebGL above 300
-nodes. Inputs are a StepRecord and a token-id -> text map; no model is touched.
+would run into a node or a label of a deeper column or the plot's right edge (at the width the figure is laid out
+for). WebGL above 300 nodes. Inputs are a StepRecord and a token-id -> text map; no model is touched.
 """
 from __future__ import annotations
 
@@ -125,9 +125,9 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
                          span_px, label_px)
     column_px = max(1.0, width_px - margin["l"] - margin["r"] - BESIDE_PX) / (full_x + 1.1)
     moved = {i for i, spot in spots.items() if abs(spot - natural[i]) > 2}
-    shown = label_texts({i: (where[i][0], spot) for i, spot in spots.items()}, moved, dict(must), node_px, where,
-                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px, full_x + 0.6)
     colour = dict(must)
+    shown = label_texts({i: (where[i][0], spot) for i, spot in spots.items()}, moved, colour, node_px, where,
+                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px, full_x + 0.6)
     annotations = [_annotation(*where[i], spots[i] - node_px[i], i in moved, theme.escape(words), colour.get(i),
                                label_px - 2)
                    for i, words in shown.items()]
@@ -254,7 +254,7 @@ def fit(shown: str, room: float) -> str:
 
 
 def label_texts(spots: dict, moved: set, must: dict, node_px: dict, where: dict, shown: dict, column_px: float,
-                label_px: float, last: float = math.inf) -> dict:
+                label_px: float, last: float) -> dict:
     """Each label's text, {key: text}, for labels {key: (column, centre px)} of `shown` texts (the `moved` ones
     start after a leader line): what fits before the first node or label of a deeper column at its height and before
     the plot's right edge (column `last`). An optional label (not in `must`) that cannot show MIN_OPTIONAL
@@ -267,7 +267,7 @@ def label_texts(spots: dict, moved: set, must: dict, node_px: dict, where: dict,
                 if c > column and abs(node_px[k] - centre) < label_px / 2 + NODE_PX] + \
                [(spots[k][0] - column) * column_px + GAP_PX + LEADER_PX * (k in moved) for k in others
                 if spots[k][0] > column and abs(spots[k][1] - centre) < label_px]
-        ends.append((last - column) * column_px + GAP_PX)                 # the plot's right edge
+        ends.append((last - column) * column_px)                          # the plot's right edge
         return min(ends) - GAP_PX - LEADER_PX * (key in moved)
 
     keep = list(spots)
