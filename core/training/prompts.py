@@ -1,7 +1,7 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
 requests made from the standard library's and numpy's documented functions, templated science and math problems, and
-the training splits of MATH, MBPP and ARC and Dolly's open questions (`assets/training_prompts/`, their sources and
-licences in its README).
+the training splits of MATH, MBPP, ARC and QASC and Dolly's records that need no context (`assets/training_prompts/`,
+their sources and licences in its README).
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
 no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
@@ -246,19 +246,33 @@ def _arc(row: dict) -> str:
     return f"{row['question']['stem'].strip()}\n\n{choices}" + (f"\n\n{request}" if request else "")
 
 
+_QASC_REQUESTS = ("Explain your answer.", "Explain why in a few sentences.", "")
+
+
+def _qasc(row: dict) -> str:
+    """A QASC question as written, then one of three requests (picked by its id, as for ARC): the questions are
+    terse, and a reply that explains is the kind a science question gets."""
+    request = _QASC_REQUESTS[zlib.crc32(row["id"].encode()) % len(_QASC_REQUESTS)]
+    return row["question"] + (f" {request}" if request else "")
+
+
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
 ASSET_SETS = {
     "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
     "mbpp_train": ("mbpp_train.jsonl.gz", _mbpp),
     "arc_train": ("arc_train.jsonl.gz", _arc),
     "dolly_open_qa": ("dolly_open_qa.jsonl.gz", lambda row: row["instruction"].strip()),
+    "dolly_no_context": ("dolly_no_context.jsonl.gz", lambda row: row["instruction"]),
+    "qasc_train": ("qasc_train.jsonl.gz", _qasc),
 }
 
 
 def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
-    training split, tasks 601-974), school science questions (ARC's training splits) and open questions (Dolly's
-    open_qa): the kinds of prompt the templates imitate, written by people."""
+    training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
+    training split, open) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
+    context: brainstorming, general questions, creative writing, classification): the kinds of prompt the templates
+    imitate, written by people."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
