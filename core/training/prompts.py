@@ -235,6 +235,11 @@ def _mbpp(row: dict) -> str:
     return row["text"].strip() + " Your code should pass these tests:\n\n" + "\n".join(row["test_list"])
 
 
+def _request(requests: tuple, row_id: str) -> str:
+    """One of `requests`, picked by a hash of the row's id, so a key always rebuilds the same prompt."""
+    return requests[zlib.crc32(row_id.encode()) % len(requests)]
+
+
 _ARC_REQUESTS = ("Explain your reasoning, then give the correct answer.", "Which choice is correct, and why?", "")
 
 
@@ -242,7 +247,7 @@ def _arc(row: dict) -> str:
     """An ARC question as a science exam prints it: the stem, one lettered choice a line, then one of three requests
     (picked by the question's id, so a key always rebuilds the same prompt)."""
     choices = "\n".join(f"{c['label']}. {c['text'].strip()}" for c in row["question"]["choices"])
-    request = _ARC_REQUESTS[zlib.crc32(row["id"].encode()) % len(_ARC_REQUESTS)]
+    request = _request(_ARC_REQUESTS, row["id"])
     return f"{row['question']['stem'].strip()}\n\n{choices}" + (f"\n\n{request}" if request else "")
 
 
@@ -252,7 +257,7 @@ _QASC_REQUESTS = ("Explain your answer.", "Explain why in a few sentences.", "")
 def _qasc(row: dict) -> str:
     """A QASC question as written, then one of three requests (picked by its id, as for ARC): the questions are
     terse, and a reply that explains is the kind a science question gets."""
-    request = _QASC_REQUESTS[zlib.crc32(row["id"].encode()) % len(_QASC_REQUESTS)]
+    request = _request(_QASC_REQUESTS, row["id"])
     return row["question"] + (f" {request}" if request else "")
 
 
