@@ -315,14 +315,14 @@ def test_api_and_template_prompts_are_stable_and_varied():
     assert len(science_prompts()) > 300 and len(math_prompts()) > 150
 
 
-def test_math_mbpp_arc_qasc_and_dolly_training_splits_make_benchmark_format_prompts_and_no_evaluation_one():
+def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_evaluation_one():
     from core.eval.datasets import MATH_SUFFIX, evaluation_texts
     from core.training.prompts import asset_prompts, prompt_source
 
     prompts = asset_prompts()
     assert [(p.key, p.text) for p in prompts] == [(p.key, p.text) for p in asset_prompts()]
     assert sorted({prompt_source(p.key) for p in prompts}) == ["arc_train", "dolly_no_context", "dolly_open_qa",
-                                                                "math_train", "mbpp_train", "qasc_train"]
+                                                                "math_train", "mbpp_train", "oasst1_en", "qasc_train"]
     math = [p.text for p in prompts if p.key.startswith("math_train:")]
     assert len(math) == 7499 and all(t.endswith(MATH_SUFFIX) for t in math)
     mbpp = {p.key: p.text for p in prompts if p.key.startswith("mbpp_train:")}
@@ -346,8 +346,12 @@ def test_math_mbpp_arc_qasc_and_dolly_training_splits_make_benchmark_format_prom
     assert len(qasc) == 6551 and qasc["qasc_train:1"].startswith("Where do beads of water come from?")
     assert not any("___" in t for t in qasc.values())                        # the fill-in hints are gone
     assert sum(t.endswith("Explain your answer.") for t in qasc.values()) > 1500   # the requests vary
-    assert not {t.strip() for t in [*arc.values(), *dolly.values(), *chat.values(), *qasc.values()]} & \
-        evaluation_texts()
+    oasst = {p.key: p.text for p in prompts if p.key.startswith("oasst1_en:")}
+    assert len(oasst) == len(set(oasst.values())) == 4058
+    assert oasst["oasst1_en:0"] == "Could you please translate this sentence from English to Spanish?"
+    assert not set(oasst.values()) & {*arc.values(), *dolly.values(), *chat.values(), *qasc.values()}
+    assert not {t.strip() for t in [*arc.values(), *dolly.values(), *chat.values(), *qasc.values(),
+                                    *oasst.values()]} & evaluation_texts()
 
 
 def _write_shard(tok, folder, prompts, reply):

@@ -269,6 +269,7 @@ ASSET_SETS = {
     "dolly_open_qa": ("dolly_open_qa.jsonl.gz", lambda row: row["instruction"].strip()),
     "dolly_no_context": ("dolly_no_context.jsonl.gz", lambda row: row["instruction"]),
     "qasc_train": ("qasc_train.jsonl.gz", _qasc),
+    "oasst1_en": ("oasst1_en.jsonl.gz", lambda row: row["text"]),
 }
 
 
@@ -276,8 +277,8 @@ def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
     training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
     training split, open) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
-    context: brainstorming, general questions, creative writing, classification): the kinds of prompt the templates
-    imitate, written by people."""
+    context: brainstorming, general questions, creative writing, classification; OASST1's English first turns): the
+    kinds of prompt the templates imitate, written by people."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
