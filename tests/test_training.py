@@ -321,32 +321,31 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
 
     prompts = asset_prompts()
     assert [(p.key, p.text) for p in prompts] == [(p.key, p.text) for p in asset_prompts()]
-    assert sorted({prompt_source(p.key) for p in prompts}) == ["arc_train", "dolly_no_context", "dolly_open_qa",
-                                                                "math_train", "mbpp_train", "oasst1_en", "qasc_train"]
-    math = [p.text for p in prompts if p.key.startswith("math_train:")]
+    by_source = {}                                                             # source -> {key: text}
+    for p in prompts:
+        by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
+    assert sorted(by_source) == ["arc_train", "dolly_no_context", "dolly_open_qa", "math_train", "mbpp_train",
+                                 "oasst1_en", "qasc_train"]
+    math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
+    dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
+    qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
     assert len(math) == 7499 and all(t.endswith(MATH_SUFFIX) for t in math)
-    mbpp = {p.key: p.text for p in prompts if p.key.startswith("mbpp_train:")}
     assert len(mbpp) == 374 and mbpp["mbpp_train:0"].startswith(
         "Write a function to find the longest chain which can be formed from the given set of pairs. Your code should "
         "pass these tests:\n\nassert max_chain_length(")
     assert not {t.split(MATH_SUFFIX)[0].strip() for t in math} & evaluation_texts()
     assert not {t.strip() for t in mbpp.values()} & evaluation_texts()
-    arc = {p.key: p.text for p in prompts if p.key.startswith("arc_train:")}
     assert len(arc) == 3370 and arc["arc_train:0"] == (
         "George wants to warm his hands quickly by rubbing them. Which skin surface will produce the most heat?\n\n"
         "A. dry palms\nB. wet palms\nC. palms covered with oil\nD. palms covered with lotion\n\n"
         "Which choice is correct, and why?")
     assert sum(t.endswith("then give the correct answer.") for t in arc.values()) > 1000   # the requests vary
-    dolly = {p.key: p.text for p in prompts if p.key.startswith("dolly_open_qa:")}
     assert len(dolly) == len(set(dolly.values())) == 3705
     assert dolly["dolly_open_qa:0"] == "Why can camels survive for long without water?"
-    chat = {p.key: p.text for p in prompts if p.key.startswith("dolly_no_context:")}
     assert len(chat) == len(set(chat.values())) == 6664 and not set(chat.values()) & set(dolly.values())
-    qasc = {p.key: p.text for p in prompts if p.key.startswith("qasc_train:")}
     assert len(qasc) == 6551 and qasc["qasc_train:1"].startswith("Where do beads of water come from?")
     assert not any("___" in t for t in qasc.values())                        # the fill-in hints are gone
     assert sum(t.endswith("Explain your answer.") for t in qasc.values()) > 1500   # the requests vary
-    oasst = {p.key: p.text for p in prompts if p.key.startswith("oasst1_en:")}
     assert len(oasst) == len(set(oasst.values())) == 4058
     assert oasst["oasst1_en:0"] == "Could you please translate this sentence from English to Spanish?"
     assert not set(oasst.values()) & {*arc.values(), *dolly.values(), *chat.values(), *qasc.values()}
