@@ -123,11 +123,12 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
     may = sorted((i for i in range(n) if i not in on_path), key=lambda i: -tree.prefix_logq[i])
     spots = place_labels([(i, where[i][0], natural[i]) for i, _ in must], [(i, x[i], natural[i]) for i in may],
                          span_px, label_px)
-    column_px = max(1.0, width_px - margin["l"] - margin["r"] - BESIDE_PX) / (full_x + 1.1)
+    x_range = [-0.5, full_x + 0.6]     # depth units: half a column of room beside the root and the last column
+    column_px = max(1.0, width_px - margin["l"] - margin["r"] - BESIDE_PX) / (x_range[1] - x_range[0])
     moved = {i for i, spot in spots.items() if abs(spot - natural[i]) > 2}
     colour = dict(must)
     shown = label_texts({i: (where[i][0], spot) for i, spot in spots.items()}, moved, colour, node_px, where,
-                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px, full_x + 0.6)
+                        {i: theme.show_whitespace(texts_of[i + 1]) for i in spots}, column_px, label_px, x_range[1])
     annotations = [_annotation(*where[i], spots[i] - node_px[i], i in moved, theme.escape(words), colour.get(i),
                                label_px - 2)
                    for i, words in shown.items()]
@@ -141,7 +142,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
         height=height, margin=margin,
         annotations=annotations,
         xaxis=dict(title="depth (tokens after the root)", dtick=1, zeroline=False, showgrid=True,
-                   range=[-0.5, full_x + 0.6]),
+                   range=x_range),
         yaxis=dict(visible=False, range=[leaves, top])))
     return fig
 
