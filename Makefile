@@ -8,6 +8,8 @@
 #               in the background with nohup: they checkpoint and pick up where they stopped)
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# no download cache: each wheel lands once on disk, in the environment (torch's alone is hundreds of MB)
+PIP := $(PY) -m pip install -q --no-cache-dir
 export HF_HUB_OFFLINE ?= 1
 export GRADIO_ANALYTICS_ENABLED = False
 
@@ -24,9 +26,9 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install -q --no-deps $(NODEPS)
+	$(PIP) --upgrade pip
+	$(PIP) -r requirements.txt -r requirements-dev.txt
+	$(PIP) --no-deps $(NODEPS)
 	touch $@
 
 run: setup
