@@ -141,8 +141,7 @@ def tree_figure(record, texts: dict[int, str], title: str = "", height: int | No
         title if "tree" in title.lower() else f"Draft tree, {title}", subtitle, filename=f"tree-step-{record.step}",
         height=height, margin=margin,
         annotations=annotations,
-        xaxis=dict(title="depth (tokens after the root)", dtick=1, zeroline=False, showgrid=True,
-                   range=x_range),
+        xaxis=dict(title="depth (tokens after the root)", dtick=1, zeroline=False, showgrid=True, range=x_range),
         yaxis=dict(visible=False, range=[leaves, top])))
     return fig
 
