@@ -324,8 +324,8 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     by_source = {}                                                             # source -> {key: text}
     for p in prompts:
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
-    assert sorted(by_source) == ["arc_train", "dolly_no_context", "dolly_open_qa", "math_train", "mbpp_train",
-                                 "oasst1_en", "qasc_train"]
+    assert sorted(by_source) == ["arc_train", "dolly_no_context", "dolly_open_qa", "gpteacher_code",
+                                 "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en", "pubmedqa", "qasc_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
     dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
     qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
@@ -349,8 +349,17 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     assert len(oasst) == len(set(oasst.values())) == 4058
     assert oasst["oasst1_en:0"] == "Could you please translate this sentence from English to Spanish?"
     assert not set(oasst.values()) & {*arc.values(), *dolly.values(), *chat.values(), *qasc.values()}
+    code, roleplay, pubmed = by_source["gpteacher_code"], by_source["gpteacher_roleplay"], by_source["pubmedqa"]
+    assert len(code) == len(set(code.values())) == 4535 and code["gpteacher_code:0"] == (
+        "Write a C++ program that calculates the area of a rectangle, given its width and height.\n\nwidth: 5, height: 8")
+    assert len(roleplay) == len(set(roleplay.values())) == 1923 and roleplay["gpteacher_roleplay:0"].startswith(
+        "Imagine you are a detective trying to solve a murder mystery in a fictional Victorian-era town.")
+    assert len(pubmed) == 500 and pubmed["pubmedqa:0"] == (
+        "Can tailored interventions increase mammography use among HMO women? What does the evidence say?")
+    assert sum(t.endswith("then explain why.") for t in pubmed.values()) > 100           # the requests vary
     assert not {t.strip() for t in [*arc.values(), *dolly.values(), *chat.values(), *qasc.values(),
-                                    *oasst.values()]} & evaluation_texts()
+                                    *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values()]
+                } & evaluation_texts()
 
 
 def _write_shard(tok, folder, prompts, reply):

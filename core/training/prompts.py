@@ -1,6 +1,7 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
 requests made from the standard library's and numpy's documented functions, templated science and math problems, and
-the training splits of MATH, MBPP, ARC and QASC and Dolly's records that need no context (`assets/training_prompts/`,
+the training splits of MATH, MBPP, ARC and QASC, Dolly's records that need no context, OASST1's first turns,
+PubMedQA's questions outside its test split and GPTeacher's coding and role-play requests (`assets/training_prompts/`,
 their sources and licences in its README).
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
@@ -261,6 +262,21 @@ def _qasc(row: dict) -> str:
     return row["question"] + (f" {request}" if request else "")
 
 
+def _with_input(row: dict) -> str:
+    """An instruction and, when it has one, its input (code, a passage, a scenario) after a blank line."""
+    return row["instruction"] + (f"\n\n{row['input']}" if row["input"] else "")
+
+
+_PUBMEDQA_REQUESTS = ("Answer yes, no or maybe, then explain why.", "What does the evidence say?", "")
+
+
+def _pubmedqa(row: dict) -> str:
+    """A biomedical research question (a paper's title, as a question) without its abstract, then one of three
+    requests (picked by its PubMed id, as for ARC): the reply must come from what the model knows."""
+    request = _request(_PUBMEDQA_REQUESTS, row["pmid"])
+    return row["question"] + (f" {request}" if request else "")
+
+
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
 ASSET_SETS = {
     "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
@@ -270,15 +286,20 @@ ASSET_SETS = {
     "dolly_no_context": ("dolly_no_context.jsonl.gz", lambda row: row["instruction"]),
     "qasc_train": ("qasc_train.jsonl.gz", _qasc),
     "oasst1_en": ("oasst1_en.jsonl.gz", lambda row: row["text"]),
+    "gpteacher_code": ("gpteacher_code.jsonl.gz", _with_input),
+    "gpteacher_roleplay": ("gpteacher_roleplay.jsonl.gz", _with_input),
+    "pubmedqa": ("pubmedqa.jsonl.gz", _pubmedqa),
 }
 
 
 def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
     training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
-    training split, open) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
-    context: brainstorming, general questions, creative writing, classification; OASST1's English first turns): the
-    kinds of prompt the templates imitate, written by people."""
+    training split, open; PubMedQA's biomedical research questions outside its test split) and requests to a chat
+    assistant (Dolly's open_qa, and its other records that need no context: brainstorming, general questions,
+    creative writing, classification; OASST1's English first turns): the kinds of prompt the templates imitate,
+    written by people. Beside them, GPTeacher's coding tasks in many languages and its role-play requests, written
+    by GPT-4 (the instructions only)."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
