@@ -1,5 +1,7 @@
 """Drafter training on a tiny random target: the block masks, the loss falls, checkpoints round-trip, and the
 training prompts never include an evaluation prompt."""
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -608,6 +610,16 @@ def test_a_source_cap_keeps_a_seeded_share_of_one_source_and_the_rest_whole():
     assert cap_sources(seqs, {"gsm8k_train": 99, "math": 1}, seed=0) == seqs
 
 
+def test_a_source_repeat_gives_each_reply_of_one_source_k_passes_an_epoch_and_the_rest_one():
+    from core.training.data import repeat_sources
+
+    seqs = [Sequence(f"gsm8k_train:{i}", np.arange(3), 1) for i in range(3)] + \
+        [Sequence(f"pubmedqa:{i}", np.arange(3), 1) for i in range(2)]
+    repeated = [s.key for s in repeat_sources(seqs, {"pubmedqa": 3, "math": 5})]
+    assert repeated == ["gsm8k_train:0", "gsm8k_train:1", "gsm8k_train:2"] + ["pubmedqa:0"] * 3 + ["pubmedqa:1"] * 3
+    assert repeat_sources(seqs, {}) == seqs
+
+
 def test_the_trainer_trains_on_a_capped_source_only_up_to_its_cap(tmp_path, patched_target, monkeypatch, capsys):
     import core.training.train as training
     from core.dflash import random_drafter_for
@@ -630,6 +642,15 @@ def test_the_trainer_trains_on_a_capped_source_only_up_to_its_cap(tmp_path, patc
     with pytest.raises(SystemExit):
         training.main(args + ["--source-cap", "gsm8k_train"])
     assert "--source-cap takes SOURCE=N" in capsys.readouterr().err
+    seen.clear()
+    training.main([*args, "--out", str(tmp_path / "out2"), "--source-cap", "gsm8k_train=2",
+                   "--source-repeat", "gsm8k_train=3"])
+    assert sorted(Counter(seen).values()) == [3, 3]                 # one epoch: each of the two replies 3 times
+    assert "gsm8k_train: each reply 3 times an epoch (--source-repeat)" in capsys.readouterr().out
+    for bad in ("gsm8k_train=x", "gsm8k_train=0"):
+        with pytest.raises(SystemExit):
+            training.main(args + ["--source-repeat", bad])
+        assert "--source-repeat takes" in capsys.readouterr().err
 
 
 def test_a_drafter_fitted_to_the_targets_replies_drafts_them_in_the_real_loop():

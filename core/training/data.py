@@ -51,6 +51,13 @@ def cap_sources(seqs: list[Sequence], caps: dict[str, int], seed: int = 0) -> li
     return [s for s in seqs if s.key not in dropped]
 
 
+def repeat_sources(seqs: list[Sequence], repeats: dict[str, int]) -> list[Sequence]:
+    """`seqs` with each reply of a repeated prompt source given repeats[source] times: a short run from a trained
+    drafter passes over a few percent of the replies, and a new source would otherwise be a few percent of that.
+    Each pass over a reply draws its own anchors."""
+    return [s for s in seqs for _ in range(repeats.get(prompt_source(s.key), 1))]
+
+
 def source_mix(folder: str | Path) -> str:
     """The replies of `folder` by prompt source: count, tokens and share of tokens, one line per source."""
     counts: dict[str, list[int]] = {}

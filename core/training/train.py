@@ -40,7 +40,7 @@ from core.eval.judge import prompt_tau, reference_reply, reference_states, repla
 from core.hardware import auto_dtype, cpu_summary
 from core.models import ModelPair, encode_chat, load_drafter, load_target, resolve_device
 from core.records import summarize
-from core.training.data import cap_sources, draft_vocab, load_sequences, make_blocks, source_mix
+from core.training.data import cap_sources, draft_vocab, load_sequences, make_blocks, repeat_sources, source_mix
 from core.training.features import FeatureCache, target_pass
 from core.training.prompts import is_held_out, prompt_key, prompt_source, training_prompts
 
@@ -216,6 +216,18 @@ def fixed_references(target, tokenizer, prompts: list[list[int]], max_new_tokens
     return refs
 
 
+def _epoch_sequences(args, tok, allowed: set[str]) -> list:
+    """The replies an epoch passes over: training prompts only, at most --max-len tokens, capped and repeated by
+    source as the flags say (re-read each epoch, so shards written meanwhile join the next one)."""
+    seqs = cap_sources([s for s in load_sequences(args.data, tokenizer=tok)
+                        if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed], args.source_cap, args.seed)
+    seqs = repeat_sources(seqs, args.source_repeat)
+    if len(seqs) < args.accum:
+        raise SystemExit(f"--data {args.data}: {len(seqs)} usable replies (training prompts, at most --max-len "
+                         f"{args.max_len} tokens), fewer than --accum {args.accum}; generate data first")
+    return seqs
+
+
 def train(args) -> None:
     torch.manual_seed(args.seed)
     out = Path(args.out)
@@ -235,6 +247,8 @@ def train(args) -> None:
         state["draft_vocab"] = _draft_vocab(args, target, tok, allowed)
     drafter.set_draft_vocab(state["draft_vocab"])
     capped = "".join(f"\n{source:>30}: at most {n} replies (--source-cap)" for source, n in args.source_cap.items())
+    capped += "".join(f"\n{source:>30}: each reply {n} times an epoch (--source-repeat)"
+                      for source, n in args.source_repeat.items())
     print(f"training replies by source:\n{source_mix(args.data)}{capped}\ndrafter: "
           f"{sum(p.numel() for p in params) / 1e6:.2f} M trainable parameters, taps "
           f"{drafter.target_layer_ids}, mask token {drafter.mask_token_id}, draft vocabulary "
@@ -252,11 +266,7 @@ def train(args) -> None:
     acc_c = acc_n = torch.zeros(min(args.loss_depth or drafter.block_size - 1, drafter.block_size - 1))
     cache = _feature_cache(args, out, target, drafter)
     while state["step"] < args.steps:
-        seqs = cap_sources([s for s in load_sequences(args.data, tokenizer=tok)
-                            if len(s.ids) <= args.max_len and prompt_key(s.key) in allowed], args.source_cap, args.seed)
-        if len(seqs) < args.accum:
-            raise SystemExit(f"--data {args.data}: {len(seqs)} usable replies (training prompts, at most --max-len "
-                             f"{args.max_len} tokens), fewer than --accum {args.accum}; generate data first")
+        seqs = _epoch_sequences(args, tok, allowed)
         rng = np.random.default_rng(args.seed + state["epoch"])    # an epoch's order, the same when it resumes
         rng.shuffle(seqs)
         for i in range(state.get("offset", 0), len(seqs) - args.accum + 1, args.accum):
@@ -418,6 +428,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--source-cap", action="append", default=[], metavar="SOURCE=N",
                     help="train on at most N replies of this prompt source (a seeded choice, kept on resume; "
                          "repeatable), e.g. gsm8k_train=1000 for a broad mix")
+    ap.add_argument("--source-repeat", action="append", default=[], metavar="SOURCE=K",
+                    help="train on each reply of this prompt source K times an epoch (repeatable): weight a new "
+                         "source in a short run from a trained drafter, e.g. pubmedqa=4")
     ap.add_argument("--steps", type=int, default=4000, help="optimizer steps in total")
     ap.add_argument("--accum", type=int, default=4, help="sequences per optimizer step")
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -437,6 +450,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
     return ap
+
+
+def _per_source(ap, flag: str, what: str, values: list[str]) -> dict[str, int]:
+    """{source: n} from repeated SOURCE=N flags, or a usage error that names the flag."""
+    out = {}
+    for value in values:
+        source, _, n = value.partition("=")
+        if not source or not n.isdigit():
+            ap.error(f"{flag} takes SOURCE=N, a prompt source and {what} (got {value!r})")
+        out[source] = int(n)
+    return out
 
 
 def main(argv=None) -> None:
@@ -459,13 +483,10 @@ def main(argv=None) -> None:
     if args.init_lr_scale != 1.0 and not args.deepen:
         ap.error("--init-lr-scale sets the lr of the layers --deepen did not add: give --deepen (to train a drafter "
                  "more slowly, lower --lr)")
-    caps = {}
-    for cap in args.source_cap:
-        source, _, n = cap.partition("=")
-        if not source or not n.isdigit():
-            ap.error(f"--source-cap takes SOURCE=N, a prompt source and a reply count (got {cap!r})")
-        caps[source] = int(n)
-    args.source_cap = caps
+    args.source_cap = _per_source(ap, "--source-cap", "a reply count", args.source_cap)
+    args.source_repeat = _per_source(ap, "--source-repeat", "a number of passes", args.source_repeat)
+    if 0 in args.source_repeat.values():
+        ap.error("--source-repeat takes K >= 1 (to leave a source out, use --source-cap SOURCE=0)")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.bf16 is None:       # emulated bf16 makes a step several times slower than fp32
