@@ -1,5 +1,6 @@
 """Drafter training on a tiny random target: the block masks, the loss falls, checkpoints round-trip, and the
 training prompts never include an evaluation prompt."""
+import re
 from collections import Counter
 
 import numpy as np
@@ -327,7 +328,8 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     for p in prompts:
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
     assert sorted(by_source) == ["arc_train", "dolly_no_context", "dolly_open_qa", "gpteacher_code",
-                                 "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en", "pubmedqa", "qasc_train"]
+                                 "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en", "openstax_chemistry",
+                                 "openstax_physics", "openstax_university_physics", "pubmedqa", "qasc_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
     dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
     qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
@@ -353,14 +355,27 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     assert not set(oasst.values()) & {*arc.values(), *dolly.values(), *chat.values(), *qasc.values()}
     code, roleplay, pubmed = by_source["gpteacher_code"], by_source["gpteacher_roleplay"], by_source["pubmedqa"]
     assert len(code) == len(set(code.values())) == 4535 and code["gpteacher_code:0"] == (
-        "Write a C++ program that calculates the area of a rectangle, given its width and height.\n\nwidth: 5, height: 8")
+        "Write a C++ program that calculates the area of a rectangle, given its width and height."
+        "\n\nwidth: 5, height: 8")
     assert len(roleplay) == len(set(roleplay.values())) == 1923 and roleplay["gpteacher_roleplay:0"].startswith(
         "Imagine you are a detective trying to solve a murder mystery in a fictional Victorian-era town.")
     assert len(pubmed) == 500 and pubmed["pubmedqa:0"] == (
         "Can tailored interventions increase mammography use among HMO women? What does the evidence say?")
     assert sum(t.endswith("then explain why.") for t in pubmed.values()) > 100           # the requests vary
+    books = {s: by_source[f"openstax_{s}"] for s in ("physics", "chemistry", "university_physics")}
+    assert [len(b) for b in books.values()] == [952, 1437, 3753]
+    exercises = [t for b in books.values() for t in b.values()]
+    assert len(set(exercises)) == len(exercises) and min(map(len, exercises)) >= 25
+    assert books["physics"]["openstax_physics:0"] == (                 # lettered choices, one a line
+        "What characteristics of the solar system would have to be known or calculated in order to send a probe to a "
+        "distant planet, such as Jupiter?\n(a) the effects due to the light from the distant stars\n(b) the effects "
+        "due to the air in the solar system\n(c) the effects due to the gravity from the other planets\n(d) the "
+        "effects due to the cosmic microwave background radiation")
+    assert "(a) pascal, or N/m^3\n" in books["physics"]["openstax_physics:430"]      # powers as ^
+    markup = r"\bfigures?\b|\btable\b|</?(para|emphasis|link|sup|sub|item|list|m:\w+)\b|\x97"
+    assert not any(re.search(markup, t) for t in exercises)                 # text-only, markup gone
     assert not {t.strip() for t in [*arc.values(), *dolly.values(), *chat.values(), *qasc.values(),
-                                    *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values()]
+                                    *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values(), *exercises]
                 } & evaluation_texts()
 
 

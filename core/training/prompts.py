@@ -1,8 +1,8 @@
 """Training prompts for the drafter: the shared prompt sets (training splits only), templated code prompts, coding
 requests made from the standard library's and numpy's documented functions, templated science and math problems, and
 the training splits of MATH, MBPP, ARC and QASC, Dolly's records that need no context, OASST1's first turns,
-PubMedQA's questions outside its test split and GPTeacher's coding and role-play requests (`assets/training_prompts/`,
-their sources and licences in its README).
+PubMedQA's questions outside its test split, OpenStax's physics and chemistry exercises and GPTeacher's coding and
+role-play requests (`assets/training_prompts/`, their sources and licences in its README).
 
 Evaluation sets (GSM8K test, HumanEval, MT-Bench) are never read here; `tests/test_training.py` checks that
 no training prompt equals an evaluation prompt, and that the shipped replies answer training prompts only.
@@ -289,13 +289,17 @@ ASSET_SETS = {
     "gpteacher_code": ("gpteacher_code.jsonl.gz", _with_input),
     "gpteacher_roleplay": ("gpteacher_roleplay.jsonl.gz", _with_input),
     "pubmedqa": ("pubmedqa.jsonl.gz", _pubmedqa),
+    "openstax_physics": ("openstax_physics.jsonl.gz", lambda row: row["problem"]),
+    "openstax_chemistry": ("openstax_chemistry.jsonl.gz", lambda row: row["problem"]),
+    "openstax_university_physics": ("openstax_university_physics.jsonl.gz", lambda row: row["problem"]),
 }
 
 
 def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
     training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
-    training split, open; PubMedQA's biomedical research questions outside its test split) and requests to a chat
+    training split, open; PubMedQA's biomedical research questions outside its test split; the text-only
+    exercises of OpenStax's physics, university physics and chemistry textbooks) and requests to a chat
     assistant (Dolly's open_qa, and its other records that need no context: brainstorming, general questions,
     creative writing, classification; OASST1's English first turns): the kinds of prompt the templates imitate,
     written by people. Beside them, GPTeacher's coding tasks in many languages and its role-play requests, written
