@@ -236,9 +236,11 @@ def _mbpp(row: dict) -> str:
     return row["text"].strip() + " Your code should pass these tests:\n\n" + "\n".join(row["test_list"])
 
 
-def _request(requests: tuple, row_id: str) -> str:
-    """One of `requests`, picked by a hash of the row's id, so a key always rebuilds the same prompt."""
-    return requests[zlib.crc32(row_id.encode()) % len(requests)]
+def _request(text: str, requests: tuple, row_id: str, sep: str = " ") -> str:
+    """`text`, then one of `requests` after `sep` (none when the pick is ""), picked by a hash of the row's id, so a
+    key always rebuilds the same prompt."""
+    request = requests[zlib.crc32(row_id.encode()) % len(requests)]
+    return text + (f"{sep}{request}" if request else "")
 
 
 _ARC_REQUESTS = ("Explain your reasoning, then give the correct answer.", "Which choice is correct, and why?", "")
@@ -248,8 +250,7 @@ def _arc(row: dict) -> str:
     """An ARC question as a science exam prints it: the stem, one lettered choice a line, then one of three requests
     (picked by the question's id, so a key always rebuilds the same prompt)."""
     choices = "\n".join(f"{c['label']}. {c['text'].strip()}" for c in row["question"]["choices"])
-    request = _request(_ARC_REQUESTS, row["id"])
-    return f"{row['question']['stem'].strip()}\n\n{choices}" + (f"\n\n{request}" if request else "")
+    return _request(f"{row['question']['stem'].strip()}\n\n{choices}", _ARC_REQUESTS, row["id"], sep="\n\n")
 
 
 _QASC_REQUESTS = ("Explain your answer.", "Explain why in a few sentences.", "")
@@ -258,8 +259,7 @@ _QASC_REQUESTS = ("Explain your answer.", "Explain why in a few sentences.", "")
 def _qasc(row: dict) -> str:
     """A QASC question as written, then one of three requests (picked by its id, as for ARC): the questions are
     terse, and a reply that explains is the kind a science question gets."""
-    request = _request(_QASC_REQUESTS, row["id"])
-    return row["question"] + (f" {request}" if request else "")
+    return _request(row["question"], _QASC_REQUESTS, row["id"])
 
 
 def _with_input(row: dict) -> str:
@@ -273,8 +273,7 @@ _PUBMEDQA_REQUESTS = ("Answer yes, no or maybe, then explain why.", "What does t
 def _pubmedqa(row: dict) -> str:
     """A biomedical research question (a paper's title, as a question) without its abstract, then one of three
     requests (picked by its PubMed id, as for ARC): the reply must come from what the model knows."""
-    request = _request(_PUBMEDQA_REQUESTS, row["pmid"])
-    return row["question"] + (f" {request}" if request else "")
+    return _request(row["question"], _PUBMEDQA_REQUESTS, row["pmid"])
 
 
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
