@@ -327,7 +327,7 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     by_source = {}                                                             # source -> {key: text}
     for p in prompts:
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
-    assert sorted(by_source) == ["arc_train", "dolly_no_context", "dolly_open_qa", "gpteacher_code",
+    assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa", "gpteacher_code",
                                  "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en", "openstax_chemistry",
                                  "openstax_physics", "openstax_university_physics", "pubmedqa", "qasc_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
@@ -372,10 +372,16 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
         "due to the air in the solar system\n(c) the effects due to the gravity from the other planets\n(d) the "
         "effects due to the cosmic microwave background radiation")
     assert "(a) pascal, or N/m^3\n" in books["physics"]["openstax_physics:430"]      # powers as ^
+    turns = by_source["chat_rl_prompts"]
+    assert len(turns) == len(set(turns.values())) == 5121 and turns["chat_rl_prompts:0"] == (
+        "Why do they sell hotdog wieners in packs of 10 and the buns in packs of 8?")
+    assert not any("<extra_id_1>" in t for t in turns.values())              # HelpSteer2's later turns cut off
+    assert not set(turns.values()) & {*oasst.values(), *dolly.values(), *chat.values()}
     markup = r"\bfigures?\b|\btable\b|</?(para|emphasis|link|sup|sub|item|list|m:\w+)\b|\x97"
     assert not any(re.search(markup, t) for t in exercises)                 # text-only, markup gone
     assert not {t.strip() for t in [*arc.values(), *dolly.values(), *chat.values(), *qasc.values(),
-                                    *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values(), *exercises]
+                                    *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values(), *exercises,
+                                    *turns.values()]
                 } & evaluation_texts()
 
 
