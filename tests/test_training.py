@@ -327,9 +327,11 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     by_source = {}                                                             # source -> {key: text}
     for p in prompts:
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
-    assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa", "gpteacher_code",
-                                 "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en", "openstax_chemistry",
-                                 "openstax_physics", "openstax_university_physics", "pubmedqa", "qasc_train"]
+    assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa",
+                                 "gpteacher_code", "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en",
+                                 "openstax_anatomy_physiology", "openstax_astronomy", "openstax_chemistry",
+                                 "openstax_microbiology", "openstax_physics", "openstax_university_physics",
+                                 "pubmedqa", "qasc_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
     dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
     qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
@@ -362,8 +364,9 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     assert len(pubmed) == 500 and pubmed["pubmedqa:0"] == (
         "Can tailored interventions increase mammography use among HMO women? What does the evidence say?")
     assert sum(t.endswith("then explain why.") for t in pubmed.values()) > 100           # the requests vary
-    books = {s: by_source[f"openstax_{s}"] for s in ("physics", "chemistry", "university_physics")}
-    assert [len(b) for b in books.values()] == [952, 1437, 3753]
+    books = {s: by_source[f"openstax_{s}"] for s in ("physics", "chemistry", "university_physics", "astronomy",
+                                                    "microbiology", "anatomy_physiology")}
+    assert [len(b) for b in books.values()] == [952, 1437, 3753, 856, 1071, 1160]
     exercises = [t for b in books.values() for t in b.values()]
     assert len(set(exercises)) == len(exercises) and min(map(len, exercises)) >= 25
     assert books["physics"]["openstax_physics:0"] == (                 # lettered choices, one a line

@@ -291,6 +291,9 @@ ASSET_SETS = {
     "openstax_physics": ("openstax_physics.jsonl.gz", lambda row: row["problem"]),
     "openstax_chemistry": ("openstax_chemistry.jsonl.gz", lambda row: row["problem"]),
     "openstax_university_physics": ("openstax_university_physics.jsonl.gz", lambda row: row["problem"]),
+    "openstax_astronomy": ("openstax_astronomy.jsonl.gz", lambda row: row["problem"]),
+    "openstax_microbiology": ("openstax_microbiology.jsonl.gz", lambda row: row["problem"]),
+    "openstax_anatomy_physiology": ("openstax_anatomy_physiology.jsonl.gz", lambda row: row["problem"]),
     "chat_rl_prompts": ("chat_rl_prompts.jsonl.gz", lambda row: row["prompt"]),
 }
 
@@ -299,12 +302,12 @@ def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
     training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
     training split, open; PubMedQA's biomedical research questions outside its test split; the text-only
-    exercises of OpenStax's physics, university physics and chemistry textbooks) and requests to a chat
-    assistant (Dolly's open_qa, and its other records that need no context: brainstorming, general questions,
-    creative writing, classification; OASST1's English first turns; more first turns from OASST2, HelpSteer2,
-    Anthropic's HH-RLHF and Capybara): the kinds of prompt the templates imitate, written by people. Beside
-    them, GPTeacher's coding tasks in many languages and its role-play requests, written by GPT-4 (the
-    instructions only)."""
+    exercises of OpenStax's physics, university physics, chemistry, astronomy, microbiology and anatomy and
+    physiology textbooks) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
+    context: brainstorming, general questions, creative writing, classification; OASST1's English first turns;
+    more first turns from OASST2, HelpSteer2, Anthropic's HH-RLHF and Capybara): the kinds of prompt the templates
+    imitate, written by people. Beside them, GPTeacher's coding tasks in many languages and its role-play
+    requests, written by GPT-4 (the instructions only)."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
