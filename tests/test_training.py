@@ -365,7 +365,7 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
         "Can tailored interventions increase mammography use among HMO women? What does the evidence say?")
     assert sum(t.endswith("then explain why.") for t in pubmed.values()) > 100           # the requests vary
     books = {s: by_source[f"openstax_{s}"] for s in ("physics", "chemistry", "university_physics", "astronomy",
-                                                    "microbiology", "anatomy_physiology")}
+                                                    "microbiology", "anatomy_physiology")}       # file order
     assert [len(b) for b in books.values()] == [952, 1437, 3753, 856, 1071, 1160]
     exercises = [t for b in books.values() for t in b.values()]
     assert len(set(exercises)) == len(exercises) and min(map(len, exercises)) >= 25

@@ -276,6 +276,8 @@ def _pubmedqa(row: dict) -> str:
     return _request(row["question"], _PUBMEDQA_REQUESTS, row["pmid"])
 
 
+# OpenStax textbooks whose text-only exercises are committed, one file each (`openstax_<book>.jsonl.gz`)
+OPENSTAX_BOOKS = ("physics", "chemistry", "university_physics", "astronomy", "microbiology", "anatomy_physiology")
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
 ASSET_SETS = {
     "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
@@ -288,12 +290,7 @@ ASSET_SETS = {
     "gpteacher_code": ("gpteacher_code.jsonl.gz", _with_input),
     "gpteacher_roleplay": ("gpteacher_roleplay.jsonl.gz", _with_input),
     "pubmedqa": ("pubmedqa.jsonl.gz", _pubmedqa),
-    "openstax_physics": ("openstax_physics.jsonl.gz", lambda row: row["problem"]),
-    "openstax_chemistry": ("openstax_chemistry.jsonl.gz", lambda row: row["problem"]),
-    "openstax_university_physics": ("openstax_university_physics.jsonl.gz", lambda row: row["problem"]),
-    "openstax_astronomy": ("openstax_astronomy.jsonl.gz", lambda row: row["problem"]),
-    "openstax_microbiology": ("openstax_microbiology.jsonl.gz", lambda row: row["problem"]),
-    "openstax_anatomy_physiology": ("openstax_anatomy_physiology.jsonl.gz", lambda row: row["problem"]),
+    **{f"openstax_{book}": (f"openstax_{book}.jsonl.gz", lambda row: row["problem"]) for book in OPENSTAX_BOOKS},
     "chat_rl_prompts": ("chat_rl_prompts.jsonl.gz", lambda row: row["prompt"]),
 }
 
