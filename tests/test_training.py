@@ -304,8 +304,8 @@ def test_shipped_replies_answer_training_prompts_only():
 
 
 def test_api_and_template_prompts_are_stable_and_varied():
-    """The prompts made from documented functions and templates are the same on every call (keys rebuild them),
-    unique, and cover several modules and forms."""
+    """The prompts made from documented functions and templates are the same on every call and in every process
+    (keys rebuild them: no default prints an address), unique, and cover several modules and forms."""
     from core.training.prompts import API_FORMS, api_prompts, math_prompts, science_prompts
 
     api = api_prompts()
@@ -315,6 +315,8 @@ def test_api_and_template_prompts_are_stable_and_varied():
     for form in API_FORMS:
         assert any(p.text.startswith(form.split("{")[0]) for p in api)
     assert "`bit_length(value, /)`" in next(p.text for p in api if p.key == "api:int.bit_length")
+    assert not [p.key for p in api if " at 0x" in p.text]
+    assert "charjunk=IS_CHARACTER_JUNK)" in next(p.text for p in api if p.key == "api:difflib.ndiff")
     assert len(science_prompts()) > 300 and len(math_prompts()) > 150
 
 

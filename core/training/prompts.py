@@ -159,7 +159,7 @@ def api_prompts() -> list[Prompt]:
     for owner, prefix in owners:
         for key, name, sig, doc in _documented(owner, prefix):
             this = "obj" if "value" in sig.parameters else "value"
-            params = [p.replace(name=this) if p.name == "self" else p for p in sig.parameters.values()
+            params = [_by_name(p.replace(name=this) if p.name == "self" else p) for p in sig.parameters.values()
                       if p.name != "cls"]
             sig = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
             summary = doc.split("\n\n")[0].replace("\n", " ").strip()
@@ -169,6 +169,20 @@ def api_prompts() -> list[Prompt]:
                                                         doc=body)))
     return out
 
+
+
+class _Name(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _by_name(param):
+    """A parameter whose default prints its address (a function, a bound method) with the default's name instead:
+    the same prompt text in every process."""
+    if " at 0x" not in repr(param.default):
+        return param
+    name = getattr(param.default, "__name__", "...")
+    return param.replace(default=_Name("..." if name.startswith("<") else name))
 
 _SCIENCE = (
     "photosynthesis", "cellular respiration", "mitosis and meiosis", "natural selection", "DNA replication",
