@@ -4,8 +4,14 @@ one frame a tick), the phase picker, `?trace=NAME&step=K&phase=P&view=V` and "co
 Where the page is: the step is the slider's value and the phase the picker's, both read from the page on every
 event; the session keeps the frame and whether it plays (`state["anim"]`). Nothing here needs a model: the records
 and token texts are the session's.
+
+A session's presses and ticks run one at a time (`_in_turn`): a Pause drawn while a tick is drawn pauses where the
+tick went, rather than each answering from the same frame and the later answer winning on the page.
 """
 from __future__ import annotations
+
+import functools
+import threading
 
 import gradio as gr
 
@@ -87,6 +93,19 @@ def _phase_views(record, texts, state, phase: str, frame: int) -> dict:
     return presented({"tree": fig, "caption": ph.caption(record, texts, phase, frame, state.get("method", ""))}, state)
 
 
+def _in_turn(handler):
+    """`handler` under its session's lock: one press or tick of a session at a time, each from where the one before
+    left the page (other sessions are not held up)."""
+    @functools.wraps(handler)
+    def in_turn(*args):
+        state = args[-1]
+        if not isinstance(state, dict):
+            return handler(*args)
+        with state.setdefault("anim_lock", threading.Lock()):
+            return handler(*args)
+    return in_turn
+
+
 def _unchanged() -> list:
     return values({}, OUTPUTS) + [gr.skip()]
 
@@ -101,6 +120,7 @@ def _following(records, k: int, phase: str | None) -> tuple[int, str] | None:
     return (k + 1, ph.phases(records[k + 1])[0]) if k + 1 < len(records) else None
 
 
+@_in_turn
 def next_phase(k, label, state) -> list:
     """→: the next phase (or the next step's first), played to its end."""
     records = (state or {}).get("records")
@@ -113,6 +133,7 @@ def next_phase(k, label, state) -> list:
     return show(state, *after, 0, "phase")
 
 
+@_in_turn
 def prev_phase(k, label, state) -> list:
     """←: the previous phase, drawn complete (from the first phase: the whole step; from there the step before's
     last phase)."""
@@ -132,6 +153,7 @@ def prev_phase(k, label, state) -> list:
     return show(state, k, phase, ph.frames(records[k], phase) - 1, None)
 
 
+@_in_turn
 def pick(k, label, state) -> list:
     """A phase chosen in the picker: played from its first frame (the whole step: drawn at once)."""
     records = (state or {}).get("records")
@@ -141,6 +163,7 @@ def pick(k, label, state) -> list:
     return show(state, k, phase, 0, "phase" if phase else None)
 
 
+@_in_turn
 def play(k, label, state) -> list:
     """Play / Pause: plays frame by frame through the phases and the steps after this one."""
     records = (state or {}).get("records")
@@ -154,6 +177,7 @@ def play(k, label, state) -> list:
     return show(state, k, phase, frame, "play")
 
 
+@_in_turn
 def tick(k, label, state) -> list:
     """The timer: one frame on; at a phase's end the next phase (playing) or a stop (one phase)."""
     records = (state or {}).get("records")

@@ -515,6 +515,8 @@ def test_a_link_opens_a_step_phase_and_the_keys_and_play_animate_it(url):
             paused = caption.inner_text()
             page.wait_for_timeout(2_000)
             assert caption.inner_text() == paused                               # nothing moves while paused
+            page.locator("#phase label").filter(has_text="Whole step").click()  # the pause may be in the build
+            expect(caption).to_contain_text("Step 8", timeout=30_000)
             page.locator("#phase label").filter(has_text="2 · Build").click()   # the picker plays the build
             expect(caption).to_contain_text("2 · Build", timeout=30_000)
             last = ph.frames(records[8], "build") if "build" in ph.phases(records[8]) else None

@@ -3,6 +3,8 @@ Prev/Next phase, Play, the timer, `?step=&phase=&view=` and links to a step (stu
 from __future__ import annotations
 
 import math
+import threading
+import time
 import types
 
 import gradio as gr
@@ -168,6 +170,37 @@ def test_pause_and_ticks_read_the_session_while_the_page_lags_behind():
     out = animation.tick(k + 1, ph.TITLES["draft"], state)             # the next tick stops the timer
     views = dict(zip(animation.OUTPUTS, out[:-1]))
     assert views["play"] == animation.PLAY and state["anim"]["step"] == 0 and not state["anim"]["mode"]
+
+
+def test_a_pause_drawn_while_a_tick_comes_in_is_where_the_tick_answers_from(monkeypatch):
+    """A session's presses and ticks take turns: a tick that arrives while a Pause is drawn waits, then finds the
+    session paused and only stops the timer. Run side by side, it would draw the next frame and turn the timer on
+    again, and the page would keep whichever answer came last, not where the session is."""
+    t, state = _state("story-ddtree64")
+    k = next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+    animation.play(k, ph.TITLES["build"], state)
+    frame = state["anim"]["frame"]
+    drawing, draw = threading.Event(), animation._phase_views
+
+    def slow_for_the_pause(*args):
+        if threading.current_thread().name == "pause":
+            drawing.set()
+            time.sleep(0.5)
+        return draw(*args)
+
+    monkeypatch.setattr(animation, "_phase_views", slow_for_the_pause)
+    answers = {}
+    pause = threading.Thread(target=lambda: answers.update(pause=animation.play(k, ph.TITLES["build"], state)),
+                             name="pause")
+    tick = threading.Thread(target=lambda: answers.update(tick=animation.tick(k, ph.TITLES["build"], state)))
+    pause.start()
+    assert drawing.wait(10)
+    tick.start()
+    pause.join(10), tick.join(10)
+    paused, ticked = (dict(zip(animation.OUTPUTS, answers[name][:-1])) for name in ("pause", "tick"))
+    assert paused["play"] == animation.PLAY and state["anim"]["mode"] is None and state["anim"]["frame"] == frame
+    assert not ticked["anim_timer"].active and ticked["play"] == animation.PLAY
+    assert all(isinstance(ticked[name], type(gr.skip())) for name in ("tree", "caption", "slider"))
 
 
 def _request(query: dict):
