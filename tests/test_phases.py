@@ -203,6 +203,20 @@ def test_a_pause_drawn_while_a_tick_comes_in_is_where_the_tick_answers_from(monk
     assert all(isinstance(ticked[name], type(gr.skip())) for name in ("tree", "caption", "slider"))
 
 
+def test_a_superseded_tick_draws_nothing(monkeypatch):
+    """A tick whose session moved on (a press, a trace opened, a step picked) before it began drawing answers with
+    nothing and draws nothing: the records it would draw from may no longer be the ones it read."""
+    t, state = _state("story-ddtree64")
+    k = next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+    animation.pick(k, ph.TITLES["build"], state)
+    drawn = []
+    monkeypatch.setattr(animation, "_phase_views", lambda *args: drawn.append(args) or {})
+    monkeypatch.setattr(animation, "step_views", lambda *args: drawn.append(args) or {})
+    assert animation.at(state, k, "build", 1, "phase", since=dict(state["anim"])) is None
+    assert not drawn and state["anim"]["frame"] == 0
+    assert animation.at(state, k, "build", 1, "phase", since=state["anim"]) is not None and state["anim"]["frame"] == 1
+
+
 def _request(query: dict):
     return types.SimpleNamespace(query_params=query)
 
