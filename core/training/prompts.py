@@ -170,19 +170,25 @@ def api_prompts() -> list[Prompt]:
     return out
 
 
-
 class _Name(str):
     def __repr__(self) -> str:
         return str(self)
 
 
 def _by_name(param):
-    """A parameter whose default prints its address (a function, a bound method) with the default's name instead:
-    the same prompt text in every process."""
+    """A parameter whose default prints its address (a function, a bound method) or this machine (the Python
+    executable, the venv's install scheme) with a name instead: the same prompt text in every process and place."""
+    import sys
+    import sysconfig
+
+    machine = {sys.executable: "sys.executable", sysconfig.get_default_scheme(): "get_default_scheme()"}
+    if isinstance(param.default, str) and param.default in machine:
+        return param.replace(default=_Name(machine[param.default]))
     if " at 0x" not in repr(param.default):
         return param
     name = getattr(param.default, "__name__", "...")
     return param.replace(default=_Name("..." if name.startswith("<") else name))
+
 
 _SCIENCE = (
     "photosynthesis", "cellular respiration", "mitosis and meiosis", "natural selection", "DNA replication",
