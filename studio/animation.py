@@ -74,9 +74,9 @@ def show(state, k: int, phase: str | None, frame: int, mode: str | None, since: 
 def at(state, k: int, phase: str | None, frame: int, mode: str | None, since: dict | None = None) -> dict | None:
     """`show`'s views (None: superseded, see `show`: checked before drawing, and after, as a trace opened or the
     presenter toggle may change the session meanwhile); the session's state notes where the page is, in place."""
+    records, texts = state.get("records"), state.get("texts")     # read first: `anim` still `since` vouches for them
     if since is not None and state.get("anim") is not since:
         return None
-    records, texts = state["records"], state["texts"]
     moved = (state.get("anim") or {}).get("step") != k       # another step: its icicle, mask and facts too
     shown = {"step": k, "phase": phase, "frame": frame, "mode": mode}
     views = step_views(None, records, k, texts, state) if phase is None or moved else {}

@@ -95,9 +95,10 @@ def keep_live(request, live: tuple) -> None:
 
 
 def fresh_state(state) -> dict:
-    """A session's state for a new run: no records or token texts, the plain-decoding baselines and presenter mode
-    kept."""
-    return {"records": [], "texts": {}, "ar": (state or {}).get("ar", {}), "presenter": (state or {}).get("presenter")}
+    """A session's state for a new run: no records or token texts, the plain-decoding baselines, presenter mode and
+    the animation's lock kept."""
+    kept = {name: (state or {})[name] for name in ("ar", "presenter", "anim_lock") if name in (state or {})}
+    return {"records": [], "texts": {}, "ar": {}, "presenter": None} | kept
 
 
 def stop(request: gr.Request = None):

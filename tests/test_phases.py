@@ -197,6 +197,7 @@ def test_a_pause_drawn_while_a_tick_comes_in_is_where_the_tick_answers_from(monk
     assert drawing.wait(10)
     tick.start()
     pause.join(10), tick.join(10)
+    assert set(answers) == {"pause", "tick"}                           # both answered (neither raised nor hung)
     paused, ticked = (dict(zip(animation.OUTPUTS, answers[name][:-1])) for name in ("pause", "tick"))
     assert paused["play"] == animation.PLAY and state["anim"]["mode"] is None and state["anim"]["frame"] == frame
     assert not ticked["anim_timer"].active and ticked["play"] == animation.PLAY
@@ -215,6 +216,17 @@ def test_a_superseded_tick_draws_nothing(monkeypatch):
     assert animation.at(state, k, "build", 1, "phase", since=dict(state["anim"])) is None
     assert not drawn and state["anim"]["frame"] == 0
     assert animation.at(state, k, "build", 1, "phase", since=state["anim"]) is not None and state["anim"]["frame"] == 1
+
+
+def test_a_trace_opened_or_a_run_keeps_the_sessions_turns():
+    """The session's lock outlives a new run's or an opened trace's fresh state: a press drawn meanwhile and the
+    next one still take turns."""
+    t, state = _state("story-ddtree64")
+    animation.pick(0, ph.TITLES["build"], state)
+    lock = state["anim_lock"]
+    assert fresh_state(state)["anim_lock"] is lock and "anim_lock" not in fresh_state(None)
+    sharing.open_named(state, _request({"trace": "math"}))
+    assert state["anim_lock"] is lock and state["trace"] == "math"
 
 
 def _request(query: dict):
