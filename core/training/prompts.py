@@ -150,7 +150,10 @@ def api_prompts() -> list[Prompt]:
     the function its signature and docstring describe (one of three forms, one a benchmark-style problem)."""
     import importlib
     import inspect
+    import sys
+    import sysconfig
 
+    machine = {sys.executable: "sys.executable", sysconfig.get_default_scheme(): "get_default_scheme()"}
     owners = [(importlib.import_module(m), m) for m in _API_MODULES]
     for path in _API_CLASSES:
         module, cls = path.rsplit(".", 1)
@@ -159,8 +162,8 @@ def api_prompts() -> list[Prompt]:
     for owner, prefix in owners:
         for key, name, sig, doc in _documented(owner, prefix):
             this = "obj" if "value" in sig.parameters else "value"
-            params = [_by_name(p.replace(name=this) if p.name == "self" else p) for p in sig.parameters.values()
-                      if p.name != "cls"]
+            params = [_by_name(p.replace(name=this) if p.name == "self" else p, machine)
+                      for p in sig.parameters.values() if p.name != "cls"]
             sig = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
             summary = doc.split("\n\n")[0].replace("\n", " ").strip()
             body = "\n    ".join(doc.split("\n\n")[0].splitlines()[:12])
@@ -175,13 +178,10 @@ class _Name(str):
         return str(self)
 
 
-def _by_name(param):
-    """A parameter whose default prints its address (a function, a bound method) or this machine (the Python
-    executable, the venv's install scheme) with a name instead: the same prompt text in every process and place."""
-    import sys
-    import sysconfig
-
-    machine = {sys.executable: "sys.executable", sysconfig.get_default_scheme(): "get_default_scheme()"}
+def _by_name(param, machine: dict[str, str]):
+    """A parameter whose default prints its address (a function, a bound method) or this machine (`machine`: the
+    Python executable, the venv's install scheme, by name) with a name instead: the same prompt text in every process
+    and place."""
     if isinstance(param.default, str) and param.default in machine:
         return param.replace(default=_Name(machine[param.default]))
     if " at 0x" not in repr(param.default):
