@@ -114,6 +114,12 @@ def _at(out) -> tuple[int, str]:
     return views["slider"].value, views["phase"]
 
 
+def _with_a_build():
+    """The story trace's session and its first step whose build has more than two frames."""
+    t, state = _state("story-ddtree64")
+    return t, state, next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+
+
 def test_next_and_prev_walk_the_phases_and_the_steps():
     t, state = _state()
     k = next(i for i, r in enumerate(t.records) if ph.phases(r) == ph.PHASES and i + 1 < len(t.records))
@@ -133,8 +139,7 @@ def test_next_and_prev_walk_the_phases_and_the_steps():
 
 
 def test_play_runs_frame_by_frame_and_a_phase_stops_at_its_end():
-    t, state = _state("story-ddtree64")
-    k = next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+    t, state, k = _with_a_build()
     out = animation.pick(k, ph.TITLES["build"], state)               # the picker plays the phase once
     frames = [state["anim"]["frame"]]
     while state["anim"]["mode"]:
@@ -176,8 +181,7 @@ def test_a_pause_drawn_while_a_tick_comes_in_is_where_the_tick_answers_from(monk
     """A session's presses and ticks take turns: a tick that arrives while a Pause is drawn waits, then finds the
     session paused and only stops the timer. Run side by side, it would draw the next frame and turn the timer on
     again, and the page would keep whichever answer came last, not where the session is."""
-    t, state = _state("story-ddtree64")
-    k = next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+    t, state, k = _with_a_build()
     animation.play(k, ph.TITLES["build"], state)
     frame = state["anim"]["frame"]
     drawing, draw = threading.Event(), animation._phase_views
@@ -207,8 +211,7 @@ def test_a_pause_drawn_while_a_tick_comes_in_is_where_the_tick_answers_from(monk
 def test_a_superseded_tick_draws_nothing(monkeypatch):
     """A tick whose session moved on (a press, a trace opened, a step picked) before it began drawing answers with
     nothing and draws nothing: the records it would draw from may no longer be the ones it read."""
-    t, state = _state("story-ddtree64")
-    k = next(i for i, r in enumerate(t.records) if ph.frames(r, "build") > 2)
+    t, state, k = _with_a_build()
     animation.pick(k, ph.TITLES["build"], state)
     drawn = []
     monkeypatch.setattr(animation, "_phase_views", lambda *args: drawn.append(args) or {})
