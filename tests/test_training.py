@@ -331,11 +331,11 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     by_source = {}                                                             # source -> {key: text}
     for p in prompts:
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
-    assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa",
-                                 "gpteacher_code", "gpteacher_roleplay", "math_train", "mbpp_train", "oasst1_en",
-                                 "openstax_anatomy_physiology", "openstax_astronomy", "openstax_chemistry",
-                                 "openstax_microbiology", "openstax_physics", "openstax_university_physics",
-                                 "pubmedqa", "qasc_train"]
+    assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa", "exercism",
+                                 "gpteacher_code", "gpteacher_roleplay", "math_train", "mbpp_train", "nl2bash",
+                                 "oasst1_en", "openstax_anatomy_physiology", "openstax_astronomy",
+                                 "openstax_chemistry", "openstax_microbiology", "openstax_physics",
+                                 "openstax_university_physics", "pubmedqa", "qasc_train", "tal_scq5k_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
     dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
     qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
@@ -390,6 +390,34 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
                                     *oasst.values(), *code.values(), *roleplay.values(), *pubmed.values(), *exercises,
                                     *turns.values()]
                 } & evaluation_texts()
+
+
+def test_competition_programming_and_shell_sets_make_clean_prompts():
+    """TAL-SCQ5K's problems print as ARC's (choices one a line) with the math suffix or another request; Exercism's
+    exercises come in five languages; NL2Bash's descriptions end a sentence before their request; none is an
+    evaluation prompt, and no LaTeX-display or link markup is left."""
+    from core.eval.datasets import MATH_SUFFIX, evaluation_texts
+    from core.training.prompts import asset_prompts, prompt_source
+
+    by_source = {}
+    for p in asset_prompts():
+        by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
+    tal, ex, sh = by_source["tal_scq5k_train"], by_source["exercism"], by_source["nl2bash"]
+    assert len(tal) == len(set(tal.values())) == 2764 and tal["tal_scq5k_train:0"] == (
+        "If a four-digit number $5A2A$ can be divisible by $20$, the digit that $A$ represents is .\n\n"
+        "A. $0$\nB. $1$\nC. $2$\nD. $5$\nE. $8$")
+    assert 800 < sum(t.endswith(MATH_SUFFIX.strip()) for t in tal.values()) < 1000   # the requests vary
+    assert all("\nA. " in t and "$$" not in t and "\\uline" not in t and "\u3000" not in t for t in tal.values())
+    assert len(ex) == len(set(ex.values())) == 137 * 5 and ex["exercism:0"].startswith(
+        "Convert a phrase to its acronym.\n\nTechies love their TLA (Three Letter Acronyms)!")
+    assert [ex[f"exercism:{i}"].rsplit("\n", 1)[1] for i in range(5)] == [
+        f"Write a solution in {lang}." for lang in ("Python", "JavaScript", "Java", "C++", "Rust")]
+    assert not any(re.search(r"\]\(https?:|^\[[^\]]+\]: |~~~~|^# ", t, re.M) for t in ex.values())
+    assert len(sh) == len(set(sh.values())) == 3000 and sh["nl2bash:1"] == (
+        "(GNU specific) Display info on most CPU-intensive processes once and exit. Give a shell command that does "
+        "this, and explain it briefly.")
+    assert all(re.search(r"[.?!]$", t) for t in sh.values())
+    assert not {t.strip() for t in [*tal.values(), *ex.values(), *sh.values()]} & evaluation_texts()
 
 
 def _write_shard(tok, folder, prompts, reply):

@@ -296,6 +296,25 @@ def _pubmedqa(row: dict) -> str:
     return _request(row["question"], _PUBMEDQA_REQUESTS, row["pmid"])
 
 
+_TAL_REQUESTS = (MATH_SUFFIX.strip(), "Explain your reasoning, then give the correct answer.", "")
+
+
+def _tal(row: dict) -> str:
+    """A TAL-SCQ5K competition problem with its lettered choices one a line (as ARC's), then one of three requests
+    (picked by its id, as for ARC), the first the benchmarks' boxed format."""
+    choices = "\n".join(f"{c['label']}. {c['text']}" for c in row["choices"])
+    return _request(f"{row['problem']}\n\n{choices}", _TAL_REQUESTS, row["queId"], sep="\n\n")
+
+
+_NL2BASH_REQUESTS = ("Write the bash command.", "Give a shell command that does this, and explain it briefly.", "")
+
+
+def _nl2bash(row: dict) -> str:
+    """An NL2Bash description of a shell task, then one of three requests (picked by its line, as for ARC)."""
+    text = row["text"] if row["text"][-1] in ".?!" else row["text"] + "."
+    return _request(text, _NL2BASH_REQUESTS, str(row["line"]))
+
+
 # OpenStax textbooks whose text-only exercises are committed, one file each (`openstax_<book>.jsonl.gz`)
 OPENSTAX_BOOKS = ("physics", "chemistry", "university_physics", "astronomy", "microbiology", "anatomy_physiology")
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
@@ -312,6 +331,9 @@ ASSET_SETS = {
     "pubmedqa": ("pubmedqa.jsonl.gz", _pubmedqa),
     **{f"openstax_{book}": (f"openstax_{book}.jsonl.gz", lambda row: row["problem"]) for book in OPENSTAX_BOOKS},
     "chat_rl_prompts": ("chat_rl_prompts.jsonl.gz", lambda row: row["prompt"]),
+    "tal_scq5k_train": ("tal_scq5k_train.jsonl.gz", _tal),
+    "exercism": ("exercism.jsonl.gz", lambda row: f"{row['text']}\n\nWrite a solution in {row['language']}."),
+    "nl2bash": ("nl2bash.jsonl.gz", _nl2bash),
 }
 
 
@@ -322,9 +344,10 @@ def asset_prompts() -> list[Prompt]:
     exercises of OpenStax's physics, university physics, chemistry, astronomy, microbiology and anatomy and
     physiology textbooks) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
     context: brainstorming, general questions, creative writing, classification; OASST1's English first turns;
-    more first turns from OASST2, HelpSteer2, Anthropic's HH-RLHF and Capybara): the kinds of prompt the templates
-    imitate, written by people. Beside them, GPTeacher's coding tasks in many languages and its role-play
-    requests, written by GPT-4 (the instructions only)."""
+    more first turns from OASST2, HelpSteer2, Anthropic's HH-RLHF and Capybara; TAL-SCQ5K's multiple-choice
+    competition problems, training split; Exercism's programming exercises, each asked in five languages; NL2Bash's
+    shell tasks): the kinds of prompt the templates imitate, written by people. Beside them, GPTeacher's coding tasks
+    in many languages and its role-play requests, written by GPT-4 (the instructions only)."""
     out = []
     for name, (file, prompt) in ASSET_SETS.items():
         out += [Prompt(f"{name}:{i}", prompt(row)) for i, row in enumerate(_read_jsonl(PROMPT_ASSETS / file))]
