@@ -403,7 +403,7 @@ def test_competition_programming_and_shell_sets_make_clean_prompts():
     for p in asset_prompts():
         by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
     tal, ex, sh = by_source["tal_scq5k_train"], by_source["exercism"], by_source["nl2bash"]
-    assert len(tal) == len(set(tal.values())) == 2764 and tal["tal_scq5k_train:0"] == (
+    assert len(tal) == len(set(tal.values())) == 2762 and tal["tal_scq5k_train:0"] == (
         "If a four-digit number $5A2A$ can be divisible by $20$, the digit that $A$ represents is .\n\n"
         "A. $0$\nB. $1$\nC. $2$\nD. $5$\nE. $8$")
     assert 800 < sum(t.endswith(MATH_SUFFIX.strip()) for t in tal.values()) < 1000   # the requests vary
