@@ -322,15 +322,23 @@ def test_api_and_template_prompts_are_stable_and_varied():
     assert len(science_prompts()) > 300 and len(math_prompts()) > 150
 
 
+def _by_source(prompts) -> dict:
+    """Prompts grouped by their source: {source: {key: text}}."""
+    from core.training.prompts import prompt_source
+
+    by_source = {}
+    for p in prompts:
+        by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
+    return by_source
+
+
 def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_evaluation_one():
     from core.eval.datasets import MATH_SUFFIX, evaluation_texts
-    from core.training.prompts import asset_prompts, prompt_source
+    from core.training.prompts import asset_prompts
 
     prompts = asset_prompts()
     assert [(p.key, p.text) for p in prompts] == [(p.key, p.text) for p in asset_prompts()]
-    by_source = {}                                                             # source -> {key: text}
-    for p in prompts:
-        by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
+    by_source = _by_source(prompts)                                            # source -> {key: text}
     assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa", "exercism",
                                  "gpteacher_code", "gpteacher_roleplay", "math_train", "mbpp_train", "nl2bash",
                                  "oasst1_en", "openstax_anatomy_physiology", "openstax_astronomy",
@@ -397,11 +405,9 @@ def test_competition_programming_and_shell_sets_make_clean_prompts():
     exercises come in five languages; NL2Bash's descriptions end a sentence before their request; none is an
     evaluation prompt, and no LaTeX-display or link markup is left."""
     from core.eval.datasets import MATH_SUFFIX, evaluation_texts
-    from core.training.prompts import asset_prompts, prompt_source
+    from core.training.prompts import asset_prompts
 
-    by_source = {}
-    for p in asset_prompts():
-        by_source.setdefault(prompt_source(p.key), {})[p.key] = p.text
+    by_source = _by_source(asset_prompts())                                   # source -> {key: text}
     tal, ex, sh = by_source["tal_scq5k_train"], by_source["exercism"], by_source["nl2bash"]
     assert len(tal) == len(set(tal.values())) == 2762 and tal["tal_scq5k_train:0"] == (
         "If a four-digit number $5A2A$ can be divisible by $20$, the digit that $A$ represents is .\n\n"

@@ -266,11 +266,16 @@ def _request(text: str, requests: tuple, row_id: str, sep: str = " ") -> str:
 _ARC_REQUESTS = ("Explain your reasoning, then give the correct answer.", "Which choice is correct, and why?", "")
 
 
+def _lettered(stem: str, choices: list[dict]) -> str:
+    """A multiple-choice question as an exam prints it: the stem, then one lettered choice a line."""
+    return stem.strip() + "\n\n" + "\n".join(f"{c['label']}. {c['text'].strip()}" for c in choices)
+
+
 def _arc(row: dict) -> str:
-    """An ARC question as a science exam prints it: the stem, one lettered choice a line, then one of three requests
-    (picked by the question's id, so a key always rebuilds the same prompt)."""
-    choices = "\n".join(f"{c['label']}. {c['text'].strip()}" for c in row["question"]["choices"])
-    return _request(f"{row['question']['stem'].strip()}\n\n{choices}", _ARC_REQUESTS, row["id"], sep="\n\n")
+    """An ARC question as a science exam prints it, then one of three requests (picked by the question's id, so a
+    key always rebuilds the same prompt)."""
+    return _request(_lettered(row["question"]["stem"], row["question"]["choices"]), _ARC_REQUESTS, row["id"],
+                    sep="\n\n")
 
 
 _QASC_REQUESTS = ("Explain your answer.", "Explain why in a few sentences.", "")
@@ -302,8 +307,7 @@ _TAL_REQUESTS = (MATH_SUFFIX.strip(), "Explain your reasoning, then give the cor
 def _tal(row: dict) -> str:
     """A TAL-SCQ5K competition problem with its lettered choices one a line (as ARC's), then one of three requests
     (picked by its id, as for ARC), the first the benchmarks' boxed format."""
-    choices = "\n".join(f"{c['label']}. {c['text']}" for c in row["choices"])
-    return _request(f"{row['problem']}\n\n{choices}", _TAL_REQUESTS, row["queId"], sep="\n\n")
+    return _request(_lettered(row["problem"], row["choices"]), _TAL_REQUESTS, row["queId"], sep="\n\n")
 
 
 _NL2BASH_REQUESTS = ("Write the bash command.", "Give a shell command that does this, and explain it briefly.", "")
