@@ -341,9 +341,11 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
     by_source = _by_source(prompts)                                            # source -> {key: text}
     assert sorted(by_source) == ["arc_train", "chat_rl_prompts", "dolly_no_context", "dolly_open_qa", "exercism",
                                  "gpteacher_code", "gpteacher_roleplay", "math_train", "mbpp_train", "nl2bash",
-                                 "oasst1_en", "openstax_anatomy_physiology", "openstax_astronomy",
-                                 "openstax_chemistry", "openstax_microbiology", "openstax_physics",
-                                 "openstax_university_physics", "pubmedqa", "qasc_train", "tal_scq5k_train"]
+                                 "oasst1_en", "openstax_algebra", "openstax_anatomy_physiology",
+                                 "openstax_astronomy", "openstax_biology", "openstax_chemistry",
+                                 "openstax_microbiology", "openstax_physics", "openstax_prealgebra",
+                                 "openstax_statistics", "openstax_university_physics", "pubmedqa", "qasc_train",
+                                 "tal_scq5k_train"]
     math, mbpp, arc = [*by_source["math_train"].values()], by_source["mbpp_train"], by_source["arc_train"]
     dolly, chat = by_source["dolly_open_qa"], by_source["dolly_no_context"]
     qasc, oasst = by_source["qasc_train"], by_source["oasst1_en"]
@@ -377,8 +379,9 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
         "Can tailored interventions increase mammography use among HMO women? What does the evidence say?")
     assert sum(t.endswith("then explain why.") for t in pubmed.values()) > 100           # the requests vary
     books = {s: by_source[f"openstax_{s}"] for s in ("physics", "chemistry", "university_physics", "astronomy",
-                                                    "microbiology", "anatomy_physiology")}       # file order
-    assert [len(b) for b in books.values()] == [952, 1437, 3753, 856, 1071, 1160]
+                                                    "microbiology", "anatomy_physiology", "algebra", "prealgebra",
+                                                    "statistics", "biology")}                   # file order
+    assert [len(b) for b in books.values()] == [952, 1437, 3753, 856, 1071, 1160, 7487, 4000, 1614, 1419]
     exercises = [t for b in books.values() for t in b.values()]
     assert len(set(exercises)) == len(exercises) and min(map(len, exercises)) >= 25
     assert books["physics"]["openstax_physics:0"] == (                 # lettered choices, one a line
@@ -387,6 +390,14 @@ def test_training_splits_written_by_people_make_benchmark_format_prompts_and_no_
         "due to the air in the solar system\n(c) the effects due to the gravity from the other planets\n(d) the "
         "effects due to the cosmic microwave background radiation")
     assert "(a) pascal, or N/m^3\n" in books["physics"]["openstax_physics:430"]      # powers as ^
+    assert books["algebra"]["openstax_algebra:2"] == (                 # the math books' MathML as LaTeX
+        "Write each of the following rational numbers as either a terminating or repeating decimal.\n"
+        "(a) $-\\frac{5}{7}$\n(b) $\\frac{15}{5}$\n(c) $\\frac{13}{25}$")
+    math_books = [t for s in ("algebra", "prealgebra", "statistics") for t in books[s].values()]
+    assert sum("$" in t for t in math_books) > 10000
+    unescaped = lambda c, t: len(re.findall(r"(?<!\\)" + re.escape(c), t))        # noqa: E731; not \$ or \{
+    assert all(unescaped("$", t) % 2 == 0 and unescaped("{", t) == unescaped("}", t) for t in math_books)
+    assert not any(re.search(r"^\([a-z]\)\s*$", t, re.M) for t in exercises)     # no empty lettered item
     turns = by_source["chat_rl_prompts"]
     assert len(turns) == len(set(turns.values())) == 5121 and turns["chat_rl_prompts:0"] == (
         "Why do they sell hotdog wieners in packs of 10 and the buns in packs of 8?")

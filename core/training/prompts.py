@@ -320,7 +320,8 @@ def _nl2bash(row: dict) -> str:
 
 
 # OpenStax textbooks whose text-only exercises are committed, one file each (`openstax_<book>.jsonl.gz`)
-OPENSTAX_BOOKS = ("physics", "chemistry", "university_physics", "astronomy", "microbiology", "anatomy_physiology")
+OPENSTAX_BOOKS = ("physics", "chemistry", "university_physics", "astronomy", "microbiology", "anatomy_physiology",
+                  "algebra", "prealgebra", "statistics", "biology")
 # Committed training splits: key prefix -> (file in PROMPT_ASSETS, prompt from a row). Keys index the file's rows.
 ASSET_SETS = {
     "math_train": ("math_train.jsonl.gz", lambda row: row["problem"].strip() + MATH_SUFFIX),
@@ -345,8 +346,9 @@ def asset_prompts() -> list[Prompt]:
     """Competition problems (MATH's training split, in the benchmarks' boxed format), Python tasks (MBPP's
     training split, tasks 601-974), school science questions (ARC's training splits, multiple choice; QASC's
     training split, open; PubMedQA's biomedical research questions outside its test split; the text-only
-    exercises of OpenStax's physics, university physics, chemistry, astronomy, microbiology and anatomy and
-    physiology textbooks) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
+    exercises of OpenStax's physics, university physics, chemistry, astronomy, microbiology, anatomy and
+    physiology and biology textbooks), exercises of its algebra, precalculus and statistics textbooks (the math in
+    LaTeX) and requests to a chat assistant (Dolly's open_qa, and its other records that need no
     context: brainstorming, general questions, creative writing, classification; OASST1's English first turns;
     more first turns from OASST2, HelpSteer2, Anthropic's HH-RLHF and Capybara; TAL-SCQ5K's multiple-choice
     competition problems, training split; Exercism's programming exercises, each asked in five languages; NL2Bash's
